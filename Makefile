@@ -1,0 +1,34 @@
+# Targets are the ones the README names. Everything runs from a project-local .venv built from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint bench clean
+
+$(BIN)/memgate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/memgate
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+run: $(BIN)/memgate
+	$(BIN)/memgate chat
+
+test: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.dev
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info
