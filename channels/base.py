@@ -1,0 +1,153 @@
+"""What every channel shares: the `Channel` protocol, sender allow-lists and reply splitting.
+
+Imports only `gateway.bus` of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from gateway.bus import Handler
+
+log = logging.getLogger(__name__)
+
+
+class Channel(Protocol):
+    """A platform connection; `run()` serves until cancelled, handing messages to the handler."""
+
+    name: str
+
+    async def run(self) -> None: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+
+ChannelFactory = Callable[[Handler], Channel]
+
+
+class AllowList:
+    """Who may talk to the bot: ids or @usernames, `"*"` for everyone, empty for nobody."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._everyone = False
+        self._ids: set[str] = set()
+        self._names: set[str] = set()
+        for raw in entries:
+            entry = str(raw).strip()
+            if entry == "*":
+                self._everyone = True
+            elif entry.startswith("@"):
+                self._names.add(entry[1:].lower())
+            elif entry:
+                self._ids.add(entry)
+        self._refused: set[str] = set()
+
+    def allows(self, sender_id: str, username: str | None = None) -> bool:
+        if self._everyone or sender_id in self._ids:
+            return True
+        return bool(username) and username.lstrip("@").lower() in self._names
+
+    def note_refused(self, channel: str, sender_id: str, username: str | None = None) -> None:
+        """Log a stranger once, with what the owner must add to `allow_from`."""
+        if sender_id in self._refused:
+            return
+        self._refused.add(sender_id)
+        log.warning(
+            "refused sender channel=%s sender_id=%s username=%s "
+            "(add the id to channels.%s.allow_from to let them in)",
+            channel,
+            sender_id,
+            username or "-",
+            channel,
+        )
+
+
+_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+
+
+def text_length(text: str) -> int:
+    """Length in Python characters (Discord counts these)."""
+    return len(text)
+
+
+def utf16_length(text: str) -> int:
+    """Length in UTF-16 code units (Telegram counts these)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def split_message(
+    text: str, limit: int, measure: Callable[[str], int] = text_length
+) -> list[str]:
+    """Split `text` into pieces each at most `limit` long by `measure`.
+
+    Cuts prefer a paragraph break, then a line break, then a space; a piece that ends inside a
+    fenced code block is closed with a fence and the next piece reopens it with the same info
+    string. Characters are never cut apart, so surrogate pairs and emoji survive.
+    """
+    if limit < 16:
+        raise ValueError("limit too small to split into fenced pieces")
+    if measure(text) <= limit:
+        return [text] if text else []
+    pieces: list[str] = []
+    reopen = ""  # fence line that must open the next piece, e.g. "```python\n"
+    rest = text
+    while rest:
+        body_limit = limit - measure(reopen)
+        if measure(rest) <= body_limit:
+            pieces.append(reopen + rest)
+            break
+        # Leave room for a closing fence in case the cut lands inside a block.
+        cut = _find_cut(rest, body_limit - 4, measure)
+        head, rest = rest[:cut], rest[cut:]
+        fence = _open_fence(reopen + head)
+        piece = reopen + head
+        if fence is not None:
+            piece = piece.rstrip("\n") + "\n" + fence[0]
+            reopen = fence[0] + fence[1] + "\n"
+            rest = rest.lstrip("\n")
+        else:
+            reopen = ""
+            piece = piece.rstrip()
+            rest = rest.lstrip("\n ")
+        if piece.strip():
+            pieces.append(piece)
+    return [p for p in pieces if p.strip()]
+
+
+def _find_cut(text: str, budget: int, measure: Callable[[str], int]) -> int:
+    """Index at which to cut so that `text[:index]` fits `budget`, at the best boundary."""
+    # Largest prefix that fits, found by bisection on characters (measure is monotonic).
+    lo, hi = 1, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    fit = lo
+    window = text[:fit]
+    floor = fit // 2  # don't accept a boundary that wastes more than half a piece
+    for sep in ("\n\n", "\n", " "):
+        at = window.rfind(sep)
+        if at > floor:
+            return at + len(sep)
+    return fit
+
+
+def _open_fence(text: str) -> tuple[str, str] | None:
+    """The (fence, info) of a code block left open at the end of `text`, else None."""
+    open_fence: tuple[str, str] | None = None
+    for line in text.split("\n"):
+        match = _FENCE.match(line)
+        if not match:
+            continue
+        marker, info = match.group(1), match.group(2).strip()
+        if open_fence is None:
+            open_fence = (marker, info)
+        elif marker.startswith(open_fence[0][0]) and len(marker) >= len(open_fence[0]) and not info:
+            open_fence = None
+    return open_fence

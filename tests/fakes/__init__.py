@@ -1,0 +1,1 @@
+"""Fakes of real wire protocols on loopback: the code under test talks to them through its real SDKs."""

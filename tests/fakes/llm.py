@@ -1,0 +1,258 @@
+"""A fake OpenAI-compatible chat completions server on 127.0.0.1 (aiohttp.web).
+
+It records every request and answers from a script: text, tool calls, HTTP errors, delays, calls held
+open until the test releases them, and streaming. With no script it echoes the last user message, so
+`python -m tests.fakes.llm --port 8000` gives a new user something to point `memgate chat` at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Reply = dict[str, Any]
+Responder = Callable[[dict[str, Any]], Awaitable[Reply | web.StreamResponse] | Reply]
+
+
+def text(content: str) -> Reply:
+    """A plain assistant answer."""
+    return {"content": content}
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None) -> Reply:
+    """An assistant turn that calls one tool."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"tool_calls": [{"id": call_id, "name": name, "arguments": args}]}
+
+
+def error(status: int, message: str = "boom", **extra: Any) -> Reply:
+    """An HTTP error in OpenAI's error shape."""
+    return {"error": {"status": status, "message": message, **extra}}
+
+
+def is_consolidation(body: dict[str, Any]) -> bool:
+    """True for the memory consolidation call (it offers the save_memory tool)."""
+    return any(t.get("function", {}).get("name") == "save_memory" for t in body.get("tools") or [])
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+@dataclass
+class Step:
+    """One scripted answer; `hold` keeps the request open until the event is set."""
+
+    reply: Reply
+    delay: float = 0.0
+    hold: asyncio.Event | None = None
+    match: Callable[[dict[str, Any]], bool] | None = None
+
+
+@dataclass
+class FakeLLM:
+    """The server's state: what was asked, and what to answer next."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    default: Callable[[dict[str, Any]], Reply] | None = None
+    delay: float = 0.0
+    url: str = ""
+    in_flight: int = 0
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _arrived: asyncio.Condition | None = None
+
+    # -- scripting ---------------------------------------------------------------------------------
+    def push(
+        self,
+        reply: Reply,
+        *,
+        delay: float = 0.0,
+        hold: asyncio.Event | None = None,
+        match: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """Queue an answer for the next request that `match` accepts (any request if None)."""
+        self.steps.append(Step(reply, delay, hold, match))
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if not is_consolidation(r)]
+
+    def consolidation_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if is_consolidation(r)]
+
+    async def wait_for_requests(self, count: int, timeout: float = 10.0, kind: str = "any") -> None:
+        """Wait until at least `count` requests (of `kind`: any, chat, consolidation) arrived."""
+        assert self._arrived is not None
+        pick = {
+            "any": lambda: self.requests,
+            "chat": self.chat_requests,
+            "consolidation": self.consolidation_requests,
+        }[kind]
+        async with asyncio.timeout(timeout), self._arrived:
+            await self._arrived.wait_for(lambda: len(pick()) >= count)
+
+    # -- serving -----------------------------------------------------------------------------------
+    def _next_step(self, body: dict[str, Any]) -> Step | None:
+        for index, step in enumerate(self.steps):
+            if step.match is None or step.match(body):
+                return self.steps.pop(index)
+        return None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
+        self.requests.append(body)
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
+        step = self._next_step(body)
+        self.in_flight += 1
+        try:
+            if step is None:
+                reply = self.default(body) if self.default else text(f"echo: {last_user_text(body)}")
+                delay, hold = self.delay, None
+            else:
+                reply, delay, hold = step.reply, step.delay, step.hold
+            if delay:
+                await asyncio.sleep(delay)
+            if hold is not None:
+                await hold.wait()
+            return await self._respond(request, body, reply)
+        finally:
+            self.in_flight -= 1
+
+    async def _respond(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
+        if "error" in reply:
+            err = dict(reply["error"])
+            status = err.pop("status", 500)
+            headers = {}
+            if "retry_after" in err:
+                headers["retry-after"] = str(err.pop("retry_after"))
+            payload = {"error": {"type": "fake_error", "code": None, "param": None, **err}}
+            return web.json_response(payload, status=status, headers=headers)
+        if "raw" in reply:
+            return web.Response(text=reply["raw"], content_type="application/json")
+        message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+        finish = "stop"
+        if reply.get("tool_calls"):
+            message["tool_calls"] = [
+                {
+                    "id": call.get("id") or f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+                for call in reply["tool_calls"]
+            ]
+            finish = "tool_calls"
+        prompt_chars = len(json.dumps(body.get("messages", [])))
+        usage = {
+            "prompt_tokens": max(1, prompt_chars // 4),
+            "completion_tokens": max(1, len(message.get("content") or "") // 4),
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if body.get("stream"):
+            return await self._stream(request, body, message, finish)
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{next(self._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "fake"),
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
+        )
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], message: dict[str, Any], finish: str
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+        }
+
+        async def send(delta: dict[str, Any], reason: str | None = None) -> None:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        content = message.get("content") or ""
+        for start in range(0, len(content), 16):
+            await send({"content": content[start : start + 16]})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            await send({"tool_calls": [{"index": index, **call}]})
+        await send({}, finish)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_get("/v1/models", self.models)
+        return app
+
+
+async def start_fake_llm(host: str = "127.0.0.1", port: int = 0) -> tuple[FakeLLM, web.AppRunner]:
+    """Start a FakeLLM; its `url` is the base URL to give the SDK (ends in /v1)."""
+    fake = FakeLLM()
+    fake._arrived = asyncio.Condition()
+    runner = web.AppRunner(fake.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = site._server.sockets if site._server else []  # aiohttp has no public accessor
+    bound = sockets[0].getsockname()[1]
+    fake.url = f"http://{host}:{bound}/v1"
+    return fake, runner
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Fake OpenAI-compatible server for trying memgate")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        fake, runner = await start_fake_llm(port=args.port)
+        fake.delay = args.delay
+        print(f"fake LLM listening on {fake.url} (any api key, any model)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
