@@ -94,7 +94,7 @@ class FakeLLM:
     def consolidation_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if is_consolidation(r)]
 
-    async def wait_for_requests(self, count: int, timeout: float = 10.0, kind: str = "any") -> None:
+    async def wait_for_requests(self, count: int, kind: str = "any", within: float = 10.0) -> None:
         """Wait until at least `count` requests (of `kind`: any, chat, consolidation) arrived."""
         assert self._arrived is not None
         pick = {
@@ -102,7 +102,7 @@ class FakeLLM:
             "chat": self.chat_requests,
             "consolidation": self.consolidation_requests,
         }[kind]
-        async with asyncio.timeout(timeout), self._arrived:
+        async with asyncio.timeout(within), self._arrived:
             await self._arrived.wait_for(lambda: len(pick()) >= count)
 
     # -- serving -----------------------------------------------------------------------------------
@@ -126,7 +126,9 @@ class FakeLLM:
         self.in_flight += 1
         try:
             if step is None:
-                reply = self.default(body) if self.default else text(f"echo: {last_user_text(body)}")
+                reply = (
+                    self.default(body) if self.default else text(f"echo: {last_user_text(body)}")
+                )
                 delay, hold = self.delay, None
             else:
                 reply, delay, hold = step.reply, step.delay, step.hold

@@ -1,0 +1,1 @@
+"""Sessions, memory files, token counting and consolidation. Imports neither `gateway` nor `channels`."""

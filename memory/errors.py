@@ -1,0 +1,29 @@
+"""Errors raised by the memory package.
+
+MemoryStoreError
+├── TokenizerError        no tokenizer vocabulary could be loaded (never a silent 0)
+├── VersionNotFoundError  `memory restore` named a version that does not exist
+└── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
+"""
+
+from __future__ import annotations
+
+
+class MemoryStoreError(Exception):
+    """Base of the memory package's errors."""
+
+
+class TokenizerError(MemoryStoreError):
+    """The tokenizer's vocabulary could not be loaded from cache, bundle or network."""
+
+
+class VersionNotFoundError(MemoryStoreError):
+    """A MEMORY.md version that was asked for does not exist."""
+
+
+class ModelCallError(MemoryStoreError):
+    """The model call made for consolidation failed; `transient` says whether a retry may help."""
+
+    def __init__(self, message: str, *, rejected_tool_choice: bool = False) -> None:
+        super().__init__(message)
+        self.rejected_tool_choice = rejected_tool_choice

