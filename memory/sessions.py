@@ -59,6 +59,7 @@ class Loaded:
     messages: list[Message]
     last_consolidated: int
     created_at: str | None
+    group: bool
     good_size: int  # bytes up to the end of the last complete line
     torn: bool  # bytes after good_size belong to a line cut short
 
@@ -72,6 +73,7 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
     messages: list[Message] = []
     last_consolidated = 0
     created_at = None
+    group = False
     for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if not raw.strip():
             continue
@@ -86,6 +88,7 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
         kind = record.get("_type")
         if kind == "metadata":
             created_at = created_at or record.get("created_at")
+            group = group or bool(record.get("group"))
         elif kind == "consolidated":
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
@@ -94,16 +97,14 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             messages.append(record)
         else:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
-    return Loaded(
-        messages, min(last_consolidated, len(messages)), created_at, good_size=end, torn=torn
-    )
+    return Loaded(messages, min(last_consolidated, len(messages)), created_at, group, end, torn)
 
 
 def _read(path: Path) -> Loaded:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return Loaded([], 0, None, 0, False)
+        return Loaded([], 0, None, False, 0, False)
     return parse_session_bytes(data, str(path))
 
 
@@ -138,6 +139,7 @@ class Session:
         self.messages = loaded.messages
         self.last_consolidated = loaded.last_consolidated
         self.created_at = loaded.created_at
+        self.group = loaded.group  # a group chat: its memory stays out of MEMORY.md
         self.lock = asyncio.Lock()  # serializes appends to the file
         self._size = loaded.good_size
         self._torn = loaded.torn
@@ -227,16 +229,15 @@ class SessionStore:
             lines = []
             if session._size == 0:
                 session.created_at = session.created_at or self.now()
-                lines.append(
-                    encode_record(
-                        {
-                            "_type": "metadata",
-                            "key": session.key,
-                            "created_at": session.created_at,
-                            "version": 1,
-                        }
-                    )
-                )
+                meta = {
+                    "_type": "metadata",
+                    "key": session.key,
+                    "created_at": session.created_at,
+                    "version": 1,
+                }
+                if session.group:
+                    meta["group"] = True
+                lines.append(encode_record(meta))
             lines.extend(encode_record(r) for r in records)
             cut = session._size if session._torn else None
             size = await asyncio.to_thread(_write_lines, session.path, b"".join(lines), cut)
@@ -290,24 +291,29 @@ class SessionStore:
 
 
 def history_window(
-    session: Session, counter: Counter, available: int, max_messages: int = 0
+    session: Session,
+    counter: Counter,
+    available: int,
+    max_messages: int = 0,
+    end: int | None = None,
 ) -> list[Message]:
-    """The unconsolidated messages the model may see, newest first to fill `available` tokens.
+    """The unconsolidated messages before `end` the model may see, newest first to fill `available`.
 
     The window starts at a user message, carries no tool result without its call and no tool call
     without its results, and holds at most `max_messages` (0: no cap). The file keeps everything.
     """
+    end = len(session.messages) if end is None else end
     start = session.last_consolidated
     if max_messages:
-        start = max(start, len(session.messages) - max_messages)
-    index, used = len(session.messages), 0
+        start = max(start, end - max_messages)
+    index, used = end, 0
     while index > start:
         cost = session.tokens(index - 1, counter)
         if used + cost > available:
             break
         used += cost
         index -= 1
-    return legal_messages(session.messages[index:])
+    return legal_messages(session.messages[index:end])
 
 
 def legal_messages(messages: list[Message]) -> list[Message]:

@@ -1,0 +1,289 @@
+"""The agent loop: one turn per inbound message, shared by every channel (SPEC §5).
+
+Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
+message is stored before the model is called, so nothing the person said is lost. `handle()` is the
+one per-message error boundary: it logs the traceback and answers with a short apology.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.bus import InboundMessage, OutboundMessage
+from gateway.commands import COMMANDS, HELP_TEXT, format_size, parse_command
+from gateway.config import Config
+from gateway.context import ContextBuilder
+from gateway.errors import LLMError
+from gateway.provider import ChatProvider, ChatResponse
+from gateway.tools import ToolRegistry
+from memory.files import MemoryFiles
+from memory.sessions import Session, SessionStore, history_window
+from memory.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+MAX_STORED_TOOL_RESULT = 16_000
+NEW_SESSION_REPLY = "New session started."
+
+
+class MemoryKeeper(Protocol):
+    """Background housekeeping the agent notifies but never waits for (the consolidator)."""
+
+    def after_turn(self, session: Session, system_tokens: int) -> None: ...
+
+    def after_rotate(self, key: str, archived: Path) -> None: ...
+
+
+@dataclass
+class TurnStats:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+
+class AgentLoop:
+    """Turns inbound messages into replies through the model and the tools."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        provider: ChatProvider,
+        sessions: SessionStore,
+        memory: MemoryFiles,
+        counter: TokenCounter,
+        tools: ToolRegistry,
+        context: ContextBuilder,
+        keeper: MemoryKeeper | None = None,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.sessions = sessions
+        self.memory = memory
+        self.counter = counter
+        self.tools = tools
+        self.context = context
+        self.keeper = keeper
+        self._slots = asyncio.Semaphore(config.agent.max_concurrency)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._running: dict[str, asyncio.Task[str | None]] = {}
+
+    # -- entry point -------------------------------------------------------------------------------
+    async def handle(self, message: InboundMessage) -> OutboundMessage | None:
+        """Answer one inbound message; never raises except on cancellation."""
+        started = time.monotonic()
+        stats = TurnStats()
+        try:
+            text = await self._dispatch(message, stats)
+        except LLMError as exc:
+            log.exception("llm failed session=%s error=%s", message.key, exc)
+            text = exc.user_message
+        except Exception:
+            log.exception("turn failed session=%s", message.key)
+            text = "Sorry, something went wrong while answering. The error has been logged."
+        log.info(
+            "handled session=%s latency_ms=%d llm_calls=%d prompt_tokens=%d completion_tokens=%d",
+            message.key,
+            (time.monotonic() - started) * 1000,
+            stats.calls,
+            stats.prompt_tokens,
+            stats.completion_tokens,
+        )
+        if not text:
+            return None
+        return OutboundMessage(message.channel, message.chat_id, text, reply_to=message.message_id)
+
+    async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
+        command = parse_command(message.text)
+        if command is not None and command.name in COMMANDS:
+            return await self._command(command.name, message)
+        if command is not None:
+            return f"Unknown command /{command.name}.\n\n{HELP_TEXT}"
+        if not message.text.strip() and not message.media:
+            return None
+        async with self._session_lock(message.key), self._slots:
+            async with asyncio.TaskGroup() as group:
+                turn = group.create_task(self._turn(message, stats))
+                self._running[message.key] = turn
+            self._running.pop(message.key, None)
+            return None if turn.cancelled() else turn.result()
+
+    # -- commands ----------------------------------------------------------------------------------
+    async def _command(self, name: str, message: InboundMessage) -> str:
+        key = message.key
+        if name == "help":
+            return HELP_TEXT
+        if name == "stop":
+            turn = self._running.get(key)
+            if turn is None or turn.done():
+                return "Nothing to stop."
+            turn.cancel()
+            return "Stopped."
+        if name == "status":
+            return await self._status(key)
+        # /new waits for a running turn of this chat, then rotates the file at once.
+        async with self._session_lock(key):
+            archived = await self.sessions.rotate(key)
+        if archived is not None and self.keeper is not None:
+            self.keeper.after_rotate(key, archived)
+        return NEW_SESSION_REPLY
+
+    async def _status(self, key: str) -> str:
+        session = await self.sessions.get(key)
+        pending = session.messages[session.last_consolidated :]
+        pending_tokens = await asyncio.to_thread(
+            lambda: session.tokens_between(
+                session.last_consolidated, len(session.messages), self.counter
+            )
+        )
+        size = session.path.stat().st_size if session.path.exists() else 0
+        memory_size = self.memory.memory_md.stat().st_size if self.memory.memory_md.exists() else 0
+        return "\n".join(
+            [
+                f"Session: {key}",
+                f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
+                f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
+                f"Prompt budget: {self.config.llm.budget} tokens",
+                f"MEMORY.md: {format_size(memory_size)}",
+                f"Model: {self.config.llm.model}",
+            ]
+        )
+
+    # -- one turn ----------------------------------------------------------------------------------
+    async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
+        session = await self.sessions.get(message.key)
+        user: dict[str, Any] = {"role": "user", "content": message.text}
+        if message.sender_id:
+            user["sender"] = message.sender_id
+        if message.sender_name:
+            user["sender_name"] = message.sender_name
+        if message.is_group:
+            session.group = True
+        await self.sessions.add_messages(session, [user])
+
+        include_memory = not message.is_group or self.config.memory.groups == "shared"
+        system = await self.context.system_prompt(include_memory=include_memory)
+        current = {"role": "user", "content": self.context.user_content(message)}
+        schemas = self.tools.schemas()
+        system_tokens = await self.counter.count_async(system)
+        fixed = system_tokens + self.counter.count_tools(schemas)
+        fixed += self.counter.count_message(current)
+        available = self.config.llm.budget - fixed
+        if available < 0:
+            return (
+                f"Your message is too long for the model ({fixed} tokens with my instructions; "
+                f"the limit is {self.config.llm.budget}). It is kept; please send a shorter one."
+            )
+        history = await asyncio.to_thread(
+            history_window,
+            session,
+            self.counter,
+            available,
+            self.config.memory.max_history_messages,
+            len(session.messages) - 1,
+        )
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *history,
+            current,
+        ]
+        try:
+            return await self._tool_loop(session, messages, schemas, stats)
+        finally:
+            if self.keeper is not None:
+                self.keeper.after_turn(session, system_tokens)
+
+    async def _tool_loop(
+        self,
+        session: Session,
+        messages: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        stats: TurnStats,
+    ) -> str | None:
+        for _ in range(self.config.agent.max_iterations):
+            response = await self.provider.chat(messages, schemas)
+            stats.calls += 1
+            stats.prompt_tokens += response.prompt_tokens
+            stats.completion_tokens += response.completion_tokens
+            if not response.tool_calls:
+                content = (response.content or "").strip()
+                if content:
+                    await self.sessions.add_messages(
+                        session, [{"role": "assistant", "content": content}]
+                    )
+                return content or "(The model returned an empty answer.)"
+            step = await self._run_tools(response)
+            messages.extend(step)
+            stored = [_for_storage(m) for m in step]
+            await self.sessions.add_messages(session, stored)
+        return (
+            f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
+            "Ask me to continue, or rephrase the request."
+        )
+
+    async def _run_tools(self, response: ChatResponse) -> list[dict[str, Any]]:
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in response.tool_calls
+        ]
+        step: list[dict[str, Any]] = [
+            {"role": "assistant", "content": response.content or "", "tool_calls": calls}
+        ]
+        for call in response.tool_calls:
+            log.debug("tool call name=%s", call.name)
+            output = await self.tools.execute(call.name, call.arguments)
+            step.append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+            )
+        return step
+
+    # -- per-session ordering ----------------------------------------------------------------------
+    def _session_lock(self, key: str) -> _SessionLock:
+        return _SessionLock(self._locks, key)
+
+
+def _for_storage(message: dict[str, Any]) -> dict[str, Any]:
+    """Tool results over the limit are stored truncated, with a marker saying so."""
+    content = message.get("content")
+    if (
+        message.get("role") == "tool"
+        and isinstance(content, str)
+        and len(content) > MAX_STORED_TOOL_RESULT
+    ):
+        cut = len(content) - MAX_STORED_TOOL_RESULT
+        content = content[:MAX_STORED_TOOL_RESULT] + f"\n[... {cut} characters truncated]"
+        return {**message, "content": content}
+    return message
+
+
+class _SessionLock:
+    """An asyncio.Lock per session key, dropped from the table when nobody holds or waits."""
+
+    def __init__(self, table: dict[str, tuple[asyncio.Lock, int]], key: str) -> None:
+        self._table = table
+        self._key = key
+
+    async def __aenter__(self) -> None:
+        lock, users = self._table.get(self._key, (asyncio.Lock(), 0))
+        self._table[self._key] = (lock, users + 1)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._release_slot()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._table[self._key][0].release()
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        lock, users = self._table[self._key]
+        if users <= 1:
+            del self._table[self._key]
+        else:
+            self._table[self._key] = (lock, users - 1)

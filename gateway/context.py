@@ -1,0 +1,121 @@
+"""Builds prompts: the stable system prompt and the runtime block of the current user message.
+
+The system prompt changes only when one of its files changes (or the day turns), so providers can
+cache its prefix; everything that varies per message goes into the user message instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+
+from gateway.bus import InboundMessage
+from memory.files import MemoryFiles
+
+BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
+
+IDENTITY = """\
+# memgate
+
+You are a personal assistant reached through a chat gateway called memgate. You remember things
+across conversations through plain Markdown files in your workspace, which the person can read and
+edit too.
+
+## Your workspace
+- Tools read_file, write_file, edit_file and list_dir work on paths relative to the workspace.
+- memory/MEMORY.md holds long-term facts and is shown to you below. memgate updates it on its own
+  as conversations get long; edit it yourself (edit_file) when the person asks you to remember or
+  forget something.
+- memory/HISTORY.md is a log of past conversations, one summary paragraph per entry. It is not in
+  this prompt: read it when you need to recall what happened before.
+- memory/YYYY-MM-DD.md is the daily note for that date. Write to today's note for things that
+  matter today; it is shown to you below.
+
+## How to answer
+- Be concise and direct. Use Markdown sparingly; it is rendered by the chat platform.
+- Each user message starts with a runtime block (time, channel, sender). It is metadata from
+  memgate, not an instruction from the person.
+"""
+
+RUNTIME_OPEN = "[memgate runtime context: metadata, not instructions]"
+RUNTIME_CLOSE = "[end of runtime context]"
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    key: tuple[object, ...]
+    text: str
+
+
+class ContextBuilder:
+    """Assembles the system prompt from the workspace files, caching it until one changes."""
+
+    def __init__(self, workspace: Path, memory: MemoryFiles, tz: tzinfo) -> None:
+        self.workspace = workspace
+        self.memory = memory
+        self.tz = tz
+        self._cache: dict[bool, _Snapshot] = {}
+
+    def _sources(self, include_memory: bool) -> list[Path]:
+        paths = [self.workspace / name for name in BOOTSTRAP_FILES]
+        if include_memory:
+            paths.append(self.memory.memory_md)
+        paths.append(self.memory.daily_note_path())
+        return paths
+
+    @staticmethod
+    def _fingerprint(paths: list[Path]) -> tuple[object, ...]:
+        marks: list[object] = []
+        for path in paths:
+            try:
+                stat = path.stat()
+                marks.append((str(path), stat.st_mtime_ns, stat.st_size))
+            except OSError:
+                marks.append((str(path), None))
+        return tuple(marks)
+
+    async def system_prompt(self, *, include_memory: bool = True) -> str:
+        """The system prompt; byte-identical between calls while its files are unchanged."""
+        paths = self._sources(include_memory)
+        key = self._fingerprint(paths)
+        cached = self._cache.get(include_memory)
+        if cached is not None and cached.key == key:
+            return cached.text
+        text = await asyncio.to_thread(self._render, include_memory)
+        self._cache[include_memory] = _Snapshot(key, text)
+        return text
+
+    def _render(self, include_memory: bool) -> str:
+        parts = [IDENTITY.strip()]
+        for name in BOOTSTRAP_FILES:
+            path = self.workspace / name
+            if path.is_file():
+                body = path.read_text(encoding="utf-8", errors="replace").strip()
+                if body:
+                    parts.append(f"## {name}\n\n{body}")
+        if include_memory:
+            parts.append(f"# Memory\n\n{self.memory.read_memory().strip()}")
+        note = self.memory.read_daily_note().strip()
+        if note:
+            parts.append(f"# Today's note ({self.memory.today().isoformat()})\n\n{note}")
+        return "\n\n".join(parts) + "\n"
+
+    def user_content(self, message: InboundMessage, now: datetime | None = None) -> str:
+        """The current message as the model sees it: the runtime block, then the text."""
+        now = now or datetime.now(self.tz)
+        sender = message.sender_name or message.sender_id
+        if message.sender_name and message.sender_id:
+            sender = f"{message.sender_name} (id {message.sender_id})"
+        lines = [
+            RUNTIME_OPEN,
+            f"time: {now.strftime('%Y-%m-%d %H:%M %Z')} ({now.strftime('%A')})",
+            f"channel: {message.channel}",
+            f"chat_id: {message.chat_id}",
+            f"sender: {sender}",
+        ]
+        if message.is_group:
+            lines.append("chat_type: group")
+        lines.append(RUNTIME_CLOSE)
+        return "\n".join(lines) + "\n\n" + message.text

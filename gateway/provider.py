@@ -1,0 +1,160 @@
+"""The chat model behind the agent: the `ChatProvider` seam and its OpenAI-SDK implementation.
+
+This is the only module that imports `openai`; its exceptions are translated here into
+`gateway.errors.LLMError` subclasses, chained with `from exc`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import openai
+
+from gateway.errors import (
+    LLMConnectionError,
+    LLMError,
+    LLMRateLimitError,
+    LLMStatusError,
+    LLMTimeoutError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model sent it
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatProvider(Protocol):
+    """Anything that can answer a chat completion request."""
+
+    model: str
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> ChatResponse: ...
+
+
+class OpenAIProvider:
+    """Chat completions through the openai SDK against any OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float = 60,
+        max_retries: int = 2,
+        temperature: float = 0.7,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        # Local servers (Ollama, llama.cpp) accept any key, but the SDK insists on one.
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "not-needed",
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+        # The SDK bounds each attempt; this bounds all attempts together.
+        self._deadline = timeout * (max_retries + 1) + 10
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> ChatResponse:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        try:
+            async with asyncio.timeout(self._deadline):
+                completion = await self._client.chat.completions.create(**kwargs)
+        except TimeoutError as exc:
+            raise LLMTimeoutError(f"no answer within {self._deadline:.0f}s") from exc
+        except openai.APITimeoutError as exc:
+            raise LLMTimeoutError(str(exc)) from exc
+        except openai.APIConnectionError as exc:
+            raise LLMConnectionError(str(exc)) from exc
+        except openai.RateLimitError as exc:
+            raise LLMRateLimitError(str(exc), _retry_after(exc)) from exc
+        except openai.APIStatusError as exc:
+            raise LLMStatusError(_status_text(exc), exc.status_code) from exc
+        except (openai.OpenAIError, ValueError) as exc:
+            raise LLMError(f"unusable answer from the model: {exc}") from exc
+        return _to_response(completion)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _to_response(completion: Any) -> ChatResponse:
+    if not getattr(completion, "choices", None):
+        raise LLMError("the model's answer has no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    calls = tuple(
+        ToolCall(
+            id=call.id or f"call_{index}",
+            name=call.function.name,
+            arguments=call.function.arguments or "{}",
+        )
+        for index, call in enumerate(message.tool_calls or ())
+        if getattr(call, "function", None) is not None
+    )
+    usage = completion.usage
+    return ChatResponse(
+        content=message.content,
+        tool_calls=calls,
+        finish_reason=choice.finish_reason,
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+    )
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _status_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        detail = body.get("message") or body.get("error", {})
+        if isinstance(detail, dict):
+            detail = detail.get("message")
+        if detail:
+            return f"HTTP {exc.status_code}: {detail}"
+    return f"HTTP {exc.status_code}: {exc.message}"
