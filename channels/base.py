@@ -79,9 +79,7 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def split_message(
-    text: str, limit: int, measure: Callable[[str], int] = text_length
-) -> list[str]:
+def split_message(text: str, limit: int, measure: Callable[[str], int] = text_length) -> list[str]:
     """Split `text` into pieces each at most `limit` long by `measure`.
 
     Cuts prefer a paragraph break, then a line break, then a space; a piece that ends inside a

@@ -1,0 +1,422 @@
+"""The Discord adapter: discord.py's gateway client turned into `InboundMessage`s, replies sent back.
+
+The only module that imports `discord`; of ours it imports only `gateway.bus` and `channels.base`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import warnings
+from pathlib import Path
+
+import aiohttp  # discord.py's own transport; imported for its exception types only
+import yarl
+
+from channels.base import AllowList, split_message
+from gateway.bus import Handler, InboundMessage, OutboundMessage
+
+with warnings.catch_warnings():
+    # discord.py imports the stdlib `audioop` for voice, which memgate never uses; Python 3.11 and
+    # 3.12 warn that it is deprecated, and the test suite turns warnings into errors.
+    warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+    import discord
+    from discord.gateway import DiscordWebSocket
+    from discord.http import Route
+
+log = logging.getLogger(__name__)
+
+MESSAGE_LIMIT = 2000  # characters per Discord message
+GROUP_POLICIES = ("mention", "open", "off")
+
+_DISCORD_GATEWAY = DiscordWebSocket.DEFAULT_GATEWAY  # captured before anyone points it elsewhere
+_TYPING_EVERY = 8.0  # Discord shows "typing…" for about 10 s per request
+_LOGIN_TIMEOUT = 30.0
+_DOWNLOAD_TIMEOUT = 60.0
+_SEND_TIMEOUT = 90.0  # above max_ratelimit_timeout, so a honoured 429 does not count as a failure
+_MAX_RATELIMIT_WAIT = 60.0  # a longer retry_after fails the send instead of stalling the reply
+_LOGIN_BACKOFF = (1.0, 60.0)  # first and largest delay between login attempts
+_ACCEPTED_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+_NETWORK_ERRORS = (discord.DiscordException, OSError, aiohttp.ClientError, TimeoutError)
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class DiscordChannelError(Exception):
+    """Discord refuses to serve this bot (bad token, intent not enabled); retrying will not help."""
+
+
+class DiscordChannel:
+    """A Discord bot: DMs, guild channels per `group_policy`, and threads, each its own session."""
+
+    name = "discord"
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        token: str,
+        allow_from: list[str] | tuple[str, ...],
+        group_policy: str = "mention",
+        api_base: str = "https://discord.com/api/v10",
+        gateway_url: str | None = None,
+        workspace: Path,
+        guild_ready_timeout: float = 2.0,
+        max_media_bytes: int = 25 * 1024 * 1024,
+    ) -> None:
+        if not token or not token.strip():
+            raise ValueError("channels.discord.token must not be empty")
+        if group_policy not in GROUP_POLICIES:
+            raise ValueError(
+                f"channels.discord.group_policy must be one of {', '.join(GROUP_POLICIES)}, "
+                f"got {group_policy!r}"
+            )
+        if not api_base.startswith(("http://", "https://")):
+            raise ValueError(f"channels.discord.api_base must be an http(s) URL, got {api_base!r}")
+        if gateway_url is not None and not gateway_url.startswith(("ws://", "wss://")):
+            raise ValueError(
+                f"channels.discord.gateway_url must be a ws(s) URL, got {gateway_url!r}"
+            )
+        self._handler = handler
+        self._token = token.strip()
+        # Ids only: Discord usernames can be given up and claimed by someone else.
+        self._allow = AllowList(allow_from)
+        self._group_policy = group_policy
+        self._api_base = api_base.rstrip("/")
+        self._gateway_url = gateway_url
+        self._workspace = Path(workspace)
+        self._guild_ready_timeout = guild_ready_timeout
+        self._max_media_bytes = max_media_bytes
+        self._client: _Client | None = None
+        self._started = False
+        self._connected = False
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
+        return f"<DiscordChannel group_policy={self._group_policy} connected={self._connected}>"
+
+    @property
+    def connected(self) -> bool:
+        """True between READY (or RESUMED) and the next disconnect."""
+        return self._connected
+
+    async def run(self) -> None:
+        """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's."""
+        if self._started:
+            raise RuntimeError("DiscordChannel.run() was already started")
+        self._started = True
+        _point_library_at(self._api_base, self._gateway_url)
+        client = self._client = _Client(
+            self,
+            intents=_intents(),
+            guild_ready_timeout=self._guild_ready_timeout,
+            chunk_guilds_at_startup=False,
+            max_ratelimit_timeout=_MAX_RATELIMIT_WAIT,
+            # The LLM writes the replies: never let it ping @everyone or a role.
+            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
+        )
+        try:
+            await self._login(client)
+            await client.connect(reconnect=True)
+        except discord.PrivilegedIntentsRequired as exc:
+            raise DiscordChannelError(
+                "Discord refused the MESSAGE CONTENT intent: enable it for this bot in the "
+                "Developer Portal (Bot → Privileged Gateway Intents)"
+            ) from exc
+        except discord.ConnectionClosed as exc:
+            reason = "the token was rejected" if exc.code == 4004 else "unrecoverable close"
+            raise DiscordChannelError(
+                f"Discord closed the gateway connection code={exc.code} ({reason})"
+            ) from exc
+        finally:
+            self._connected = False
+            for task in list(self._inflight):
+                task.cancel()
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+            try:
+                async with asyncio.timeout(10):
+                    await client.close()
+            except TimeoutError:
+                log.warning("discord client did not close within 10s")
+
+    async def send(self, message: OutboundMessage) -> None:
+        """Send `message` split below 2000 characters; a failure is logged, never raised."""
+        client = self._client
+        if client is None or client.is_closed():
+            log.warning("discord send while not running chat_id=%s", message.chat_id)
+            return
+        try:
+            channel = client.get_partial_messageable(int(message.chat_id))
+            reference = (
+                channel.get_partial_message(int(message.reply_to)).to_reference(
+                    fail_if_not_exists=False
+                )
+                if message.reply_to
+                else None
+            )
+        except ValueError:
+            log.error(
+                "discord send to a malformed id chat_id=%s reply_to=%s",
+                message.chat_id,
+                message.reply_to,
+            )
+            return
+        pieces = split_message(message.text, MESSAGE_LIMIT)
+        for index, piece in enumerate(pieces):
+            try:
+                async with asyncio.timeout(_SEND_TIMEOUT):
+                    await channel.send(piece, reference=reference if index == 0 else None)
+            except _NETWORK_ERRORS as exc:
+                # Stop here: the rest of a reply without its middle would mislead.
+                log.error(
+                    "discord send failed chat_id=%s piece=%d/%d error=%r",
+                    message.chat_id,
+                    index + 1,
+                    len(pieces),
+                    exc,
+                )
+                return
+
+    # -- gateway events (called by _Client) --------------------------------------------------------
+
+    def _on_connected(self, connected: bool, event: str) -> None:
+        self._connected = connected
+        user = self._client.user if self._client else None
+        log.info("discord %s bot_id=%s", event, user.id if user else "-")
+
+    def _accept(self, message: discord.Message) -> None:
+        """Decide without awaiting whether a message is ours; start a task for each one that is.
+
+        The group policy comes before the allow-list so that only strangers who address the bot
+        are logged, not everyone chatting in a server it sits in.
+        """
+        me = self._client.user if self._client else None
+        author = message.author
+        if me is None or author.bot or author.id == me.id or message.type not in _ACCEPTED_TYPES:
+            return
+        mentioned = _mentions(message, me.id)
+        if message.guild is not None and (
+            self._group_policy == "off" or (self._group_policy == "mention" and not mentioned)
+        ):
+            return
+        sender_id = str(author.id)
+        if not self._allow.allows(sender_id):
+            self._allow.note_refused(self.name, sender_id, author.name)
+            return
+        if not message.content.strip() and not message.attachments:
+            return
+        # Each message in its own task, so `/stop` can arrive while a turn is running.
+        task = asyncio.create_task(self._handle(message, mentioned), name=f"discord {message.id}")
+        self._inflight.add(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("discord message task failed task=%s", task.get_name(), exc_info=exc)
+
+    # -- one message -------------------------------------------------------------------------------
+
+    async def _handle(self, message: discord.Message, mentioned: bool) -> None:
+        chat_id = str(message.channel.id)
+        async with asyncio.TaskGroup() as group:
+            typing = group.create_task(_keep_typing(message.channel))
+            reply = await self._call_handler(message, mentioned)
+            typing.cancel()
+        if reply is not None:
+            await self.send(reply)
+        log.info(
+            "discord message handled chat_id=%s sender_id=%s replied=%s",
+            chat_id,
+            message.author.id,
+            reply is not None,
+        )
+
+    async def _call_handler(
+        self, message: discord.Message, mentioned: bool
+    ) -> OutboundMessage | None:
+        """Build the inbound message and run the handler; errors are logged, not raised."""
+        me_id = self._client.user.id if self._client and self._client.user else 0
+        try:
+            text, media = await self._inbound_text(message, me_id)
+            inbound = InboundMessage(
+                channel=self.name,
+                chat_id=str(message.channel.id),  # DM channel, guild channel or thread
+                sender_id=str(message.author.id),
+                text=text,
+                sender_name=message.author.display_name,
+                media=media,
+                is_group=message.guild is not None,
+                mentioned=mentioned,
+                message_id=str(message.id),
+            )
+            return await self._handler(inbound)
+        except Exception:
+            log.exception(
+                "discord handler failed chat_id=%s message_id=%s", message.channel.id, message.id
+            )
+            return None
+
+    async def _inbound_text(
+        self, message: discord.Message, me_id: int
+    ) -> tuple[str, tuple[str, ...]]:
+        """The message text without the bot's mention, plus one line per attachment."""
+        lines = [_clean_content(message, me_id)] if message.content.strip() else []
+        media: list[str] = []
+        for attachment in message.attachments:
+            kind = _attachment_kind(attachment.content_type)
+            path = await self._save(message, attachment)
+            if path is None:
+                lines.append(f"[{kind}: {attachment.filename} (not downloaded)]")
+            else:
+                media.append(path)
+                lines.append(f"[{kind}: {path}]")
+        return "\n".join(lines), tuple(media)
+
+    async def _save(self, message: discord.Message, attachment: discord.Attachment) -> str | None:
+        """Download an attachment under media/discord/; the workspace-relative path, or None."""
+        if attachment.size > self._max_media_bytes:
+            log.warning(
+                "discord attachment over the size cap message_id=%s size=%d cap=%d",
+                message.id,
+                attachment.size,
+                self._max_media_bytes,
+            )
+            return None
+        try:
+            async with asyncio.timeout(_DOWNLOAD_TIMEOUT):
+                data = await attachment.read()
+        except _NETWORK_ERRORS as exc:
+            log.warning(
+                "discord attachment download failed message_id=%s error=%r", message.id, exc
+            )
+            return None
+        if len(data) > self._max_media_bytes:
+            return None
+        relative = f"media/discord/{message.id}-{attachment.id}-{_safe_name(attachment.filename)}"
+        try:
+            await asyncio.to_thread(_write_file, self._workspace / relative, data)
+        except OSError as exc:
+            log.error("discord attachment not saved path=%s error=%r", relative, exc)
+            return None
+        return relative
+
+    async def _login(self, client: _Client) -> None:
+        """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal."""
+        attempt = 0
+        while True:
+            try:
+                async with asyncio.timeout(_LOGIN_TIMEOUT):
+                    await client.login(self._token)
+                return
+            except discord.LoginFailure as exc:
+                raise DiscordChannelError(
+                    "Discord rejected the bot token (channels.discord.token)"
+                ) from exc
+            except (OSError, aiohttp.ClientError, TimeoutError, discord.DiscordServerError) as exc:
+                first, largest = _LOGIN_BACKOFF
+                delay = min(largest, first * 2**attempt) * random.uniform(0.5, 1.0)
+                attempt += 1
+                log.warning(
+                    "discord login failed attempt=%d error=%s retry_in=%.1fs",
+                    attempt,
+                    type(exc).__name__,
+                    delay,
+                )
+                await client.http.close()  # login opens a fresh HTTP session each attempt
+                await asyncio.sleep(delay)
+            except discord.HTTPException as exc:
+                raise DiscordChannelError(
+                    f"Discord refused the login status={exc.status} ({exc.text or 'no reason'})"
+                ) from exc
+
+
+class _Client(discord.Client):
+    """discord.py's client with its events forwarded to the channel."""
+
+    def __init__(self, channel: DiscordChannel, **options: object) -> None:
+        super().__init__(**options)  # type: ignore[arg-type]
+        self._channel = channel
+
+    async def on_ready(self) -> None:
+        self._channel._on_connected(True, "ready")
+
+    async def on_resumed(self) -> None:
+        self._channel._on_connected(True, "resumed")
+
+    async def on_disconnect(self) -> None:
+        self._channel._on_connected(False, "disconnected")
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._channel._accept(message)
+
+
+def _point_library_at(api_base: str, gateway_url: str | None) -> None:
+    """Aim discord.py's REST calls and gateway connection at the configured endpoints.
+
+    Both are class attributes in discord.py, so this is process-wide: every client in the process
+    uses the values set last. memgate runs one Discord client per process, and tests run them one
+    after another, each setting both values before it logs in.
+    """
+    Route.BASE = api_base
+    DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url) if gateway_url else _DISCORD_GATEWAY
+
+
+def _intents() -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = True  # the guild, channel and thread cache
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True  # privileged: switched on per bot in the Developer Portal
+    return intents
+
+
+def _mentions(message: discord.Message, me_id: int) -> bool:
+    """True if the message mentions the bot, its role, or replies to one of its messages."""
+    if me_id in message.raw_mentions or any(user.id == me_id for user in message.mentions):
+        return True
+    role = message.guild.self_role if message.guild is not None else None
+    if role is not None and role.id in message.raw_role_mentions:
+        return True
+    resolved = message.reference.resolved if message.reference is not None else None
+    return isinstance(resolved, discord.Message) and resolved.author.id == me_id
+
+
+def _clean_content(message: discord.Message, me_id: int) -> str:
+    """The content with the bot's own mentions removed and other users' shown by name."""
+    text = re.sub(rf"<@!?{me_id}>\s?", "", message.content)
+    role = message.guild.self_role if message.guild is not None else None
+    if role is not None:
+        text = re.sub(rf"<@&{role.id}>\s?", "", text)
+    for user in message.mentions:
+        if user.id != me_id:
+            text = re.sub(rf"<@!?{user.id}>", f"@{user.display_name}", text)
+    return text.strip()
+
+
+async def _keep_typing(channel: discord.abc.Messageable) -> None:
+    """Show the typing indicator until cancelled; a failure only costs the indicator."""
+    while True:
+        try:
+            async with asyncio.timeout(_TYPING_EVERY):
+                await channel.typing()
+        except _NETWORK_ERRORS as exc:
+            log.debug("discord typing failed error=%r", exc)
+        await asyncio.sleep(_TYPING_EVERY)
+
+
+def _attachment_kind(content_type: str | None) -> str:
+    major = (content_type or "").split("/", 1)[0]
+    return major if major in ("image", "audio", "video") else "file"
+
+
+def _safe_name(filename: str) -> str:
+    """A file name that cannot climb out of media/ or surprise a shell."""
+    name = _UNSAFE_NAME.sub("_", filename).strip("._")[-80:]
+    return name or "file"
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)

@@ -1,0 +1,115 @@
+"""The terminal channel: an interactive prompt with line editing and history, or one message.
+
+Imports only `gateway.bus` of ours. Lines are read on a daemon thread so a blocked `input()` never
+keeps the process from exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import threading
+from pathlib import Path
+
+from gateway.bus import Handler, InboundMessage
+
+PROMPT = "you> "
+
+
+class TerminalChannel:
+    """Talks to the agent from this terminal, as session `terminal:local` by default."""
+
+    name = "terminal"
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        session_key: str | None = None,
+        history_path: Path | None = None,
+    ) -> None:
+        self._handler = handler
+        self._session_key = session_key
+        self._history_path = history_path
+        self._user = getpass.getuser()
+        self.connected = False
+
+    def _inbound(self, text: str) -> InboundMessage:
+        return InboundMessage(
+            channel="terminal",
+            chat_id="local",
+            sender_id=self._user,
+            sender_name=self._user,
+            text=text,
+            session_key=self._session_key,
+        )
+
+    async def ask(self, text: str) -> str:
+        """Send one message and return the reply text."""
+        reply = await self._handler(self._inbound(text))
+        return reply.text if reply is not None else ""
+
+    async def run(self) -> None:
+        """Prompt, answer, repeat, until end of input (Ctrl-D) or cancellation."""
+        self._setup_readline()
+        self.connected = True
+        try:
+            while True:
+                line = await _read_line(PROMPT)
+                if line is None:
+                    print()
+                    return
+                if not line.strip():
+                    continue
+                reply = await self.ask(line)
+                if reply:
+                    print(f"\n{reply}\n", flush=True)
+        finally:
+            self.connected = False
+            self._save_history()
+
+    def _setup_readline(self) -> None:
+        try:
+            import readline  # line editing and history where the platform has it
+        except ImportError:
+            return
+        if self._history_path is not None and self._history_path.exists():
+            try:
+                readline.read_history_file(self._history_path)
+            except OSError:
+                pass
+        readline.set_history_length(1000)
+
+    def _save_history(self) -> None:
+        if self._history_path is None:
+            return
+        try:
+            import readline
+
+            self._history_path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(self._history_path)
+        except (ImportError, OSError):
+            pass
+
+
+async def _read_line(prompt: str) -> str | None:
+    """input() on a daemon thread; None at end of input."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str | None] = loop.create_future()
+
+    def deliver(value: str | None) -> None:
+        if not done.done():
+            done.set_result(value)
+
+    def read() -> None:
+        try:
+            value: str | None = input(prompt)
+        except (EOFError, KeyboardInterrupt):
+            value = None
+        try:
+            loop.call_soon_threadsafe(deliver, value)
+        except RuntimeError:  # the loop closed while we waited for input
+            pass
+
+    threading.Thread(target=read, name="terminal-input", daemon=True).start()
+    return await done

@@ -1,0 +1,46 @@
+"""`memgate status`: what a person needs to see at a glance, secrets masked."""
+
+from __future__ import annotations
+
+from gateway.config import Config
+from memory.files import MemoryFiles
+from memory.sessions import SessionStore, parse_session_bytes
+
+
+def mask(secret: str) -> str:
+    if not secret:
+        return "(not set)"
+    return "***" + secret[-4:] if len(secret) > 12 else "***"
+
+
+def describe(config: Config) -> str:
+    files = MemoryFiles(config.workspace, config.tz)
+    store = SessionStore(config.workspace / "sessions", config.tz)
+    keys = store.keys()
+    pending = 0
+    for key in keys:
+        loaded = parse_session_bytes(store.path_for(key).read_bytes(), key)
+        pending += len(loaded.messages) - loaded.last_consolidated
+    archive = list(store.archive.glob("*.jsonl")) if store.archive.is_dir() else []
+    memory_size = files.memory_md.stat().st_size if files.memory_md.exists() else 0
+    history_size = files.history_md.stat().st_size if files.history_md.exists() else 0
+    channels = [
+        f"  telegram: {'enabled' if config.channels.telegram.enabled else 'disabled'}"
+        f" (token {mask(config.channels.telegram.token)}, allow_from {config.channels.telegram.allow_from})",
+        f"  discord:  {'enabled' if config.channels.discord.enabled else 'disabled'}"
+        f" (token {mask(config.channels.discord.token)}, allow_from {config.channels.discord.allow_from})",
+    ]
+    return "\n".join(
+        [
+            f"config:     {config.source}{'' if config.source and config.source.exists() else ' (not found; defaults)'}",
+            f"workspace:  {config.workspace}",
+            f"model:      {config.llm.model} at {config.llm.base_url} (key {mask(config.llm.api_key)})",
+            f"budget:     {config.llm.budget} prompt tokens",
+            "channels:",
+            *channels,
+            f"sessions:   {len(keys)} live, {len(archive)} archived",
+            f"pending:    {pending} messages not yet consolidated",
+            f"MEMORY.md:  {memory_size} bytes",
+            f"HISTORY.md: {history_size} bytes",
+        ]
+    )
