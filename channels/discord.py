@@ -28,6 +28,10 @@ with warnings.catch_warnings():
 
 log = logging.getLogger(__name__)
 
+# memgate has no voice support to miss; without this every start logs two warnings about it.
+discord.VoiceClient.warn_nacl = False
+discord.VoiceClient.warn_dave = False
+
 MESSAGE_LIMIT = 2000  # characters per Discord message
 GROUP_POLICIES = ("mention", "open", "off")
 
