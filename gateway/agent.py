@@ -107,10 +107,17 @@ class AgentLoop:
         if not message.text.strip() and not message.media:
             return None
         async with self._session_lock(message.key), self._slots:
-            async with asyncio.TaskGroup() as group:
-                turn = group.create_task(self._turn(message, stats))
-                self._running[message.key] = turn
-            self._running.pop(message.key, None)
+            # The turn runs as a child task so /stop can cancel it without cancelling the
+            # channel's task that is waiting here for the reply.
+            try:
+                async with asyncio.TaskGroup() as group:
+                    turn = group.create_task(self._turn(message, stats))
+                    self._running[message.key] = turn
+            except ExceptionGroup as failed:
+                error = failed.exceptions[0]
+                raise error from error.__cause__  # unwrap, keeping the SDK error chained
+            finally:
+                self._running.pop(message.key, None)
             return None if turn.cancelled() else turn.result()
 
     # -- commands ----------------------------------------------------------------------------------

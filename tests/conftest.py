@@ -1,12 +1,26 @@
-"""Shared fixtures: the fake LLM server on loopback and a workspace under tmp_path."""
+"""Shared fixtures: the fake LLM server on loopback, configs and the real runtime under tmp_path."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway.app import Runtime, open_runtime
+from gateway.bus import InboundMessage
+from gateway.config import Config, parse_config
 from tests.fakes.llm import FakeLLM, start_fake_llm
+
+
+@pytest.fixture(autouse=True)
+def _offline_tiktoken(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test starts with an empty tiktoken cache, as on a fresh offline machine."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
 
 
 @pytest.fixture
@@ -17,3 +31,62 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
         yield fake
     finally:
         await runner.cleanup()
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build_config(workspace: Path, llm_url: str, overrides: dict[str, Any] | None = None) -> Config:
+    """A validated Config for tests: the fake LLM, no retries, a short timeout."""
+    raw = {
+        "workspace": str(workspace),
+        "llm": {
+            "base_url": llm_url,
+            "api_key": "sk-test-secret-key-0123456789",
+            "model": "gpt-4o-mini",
+            "timeout": 5,
+            "max_retries": 0,
+        },
+    }
+    return parse_config(deep_merge(raw, overrides or {}), workspace.parent / "config.yaml", env={})
+
+
+RuntimeFactory = Callable[..., AbstractAsyncContextManager[Runtime]]
+
+
+@pytest.fixture
+def make_runtime(tmp_path: Path, fake_llm: FakeLLM) -> RuntimeFactory:
+    """Build the real runtime (agent, sessions, memory) on tmp_path/workspace against the fake LLM.
+
+    Call it again for a "fresh process" on the same workspace; pass config overrides as a dict.
+    """
+
+    def factory(overrides: dict[str, Any] | None = None) -> AbstractAsyncContextManager[Runtime]:
+        return open_runtime(build_config(tmp_path / "workspace", fake_llm.url, overrides))
+
+    return factory
+
+
+@pytest.fixture
+async def runtime(make_runtime: RuntimeFactory) -> AsyncIterator[Runtime]:
+    """The real runtime with default settings."""
+    async with make_runtime() as built:
+        yield built
+
+
+def inbound(text: str, chat_id: str = "42", channel: str = "test", **fields: Any) -> InboundMessage:
+    """A message as a channel would hand it to the agent."""
+    return InboundMessage(
+        channel=channel,
+        chat_id=chat_id,
+        sender_id=fields.pop("sender_id", "7"),
+        text=text,
+        **fields,
+    )

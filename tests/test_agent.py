@@ -1,0 +1,255 @@
+"""The agent loop against the fake LLM: storage, prompts, tools, errors and concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from gateway.app import Runtime
+from memory.sessions import parse_session_bytes
+from tests.conftest import RuntimeFactory, inbound
+from tests.fakes.llm import FakeLLM, error, text, tool_call
+
+
+def session_lines(runtime: Runtime, key: str = "test:42") -> list[dict]:
+    path = runtime.sessions.path_for(key)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+async def test_one_turn_writes_metadata_user_and_assistant(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """One turn appends exactly metadata, user and assistant lines; a new process replays them."""
+    fake_llm.push(text("Hi Ada, nice to meet you."))
+    async with make_runtime() as runtime:
+        reply = await runtime.agent.handle(inbound("My name is Ada."))
+        assert reply is not None and reply.text == "Hi Ada, nice to meet you."
+        lines = session_lines(runtime)
+    assert [line.get("_type", line.get("role")) for line in lines] == [
+        "metadata",
+        "user",
+        "assistant",
+    ]
+    assert lines[0]["key"] == "test:42" and lines[0]["version"] == 1
+    assert "+00:00" in lines[0]["created_at"]
+    assert lines[1]["content"] == "My name is Ada."  # no runtime block stored
+    assert all("timestamp" in line for line in lines[1:])
+
+    async with make_runtime() as fresh:
+        await fresh.agent.handle(inbound("What is my name?"))
+    replayed = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in replayed] == ["system", "user", "assistant", "user"]
+    assert replayed[1]["content"] == "My name is Ada."
+    assert replayed[2]["content"] == "Hi Ada, nice to meet you."
+    assert "What is my name?" in replayed[3]["content"]
+
+
+async def test_memory_in_system_prompt_history_not_and_prompt_is_stable(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """MEMORY.md is in the system prompt, HISTORY.md is not, and the prompt is byte-stable."""
+    runtime.memory.memory_md.write_text("# Long-term Memory\n\nUser likes green tea.\n")
+    runtime.memory.history_md.write_text("[2026-01-01 10:00] Talked about SECRET-HISTORY.\n\n")
+    await runtime.agent.handle(inbound("first"))
+    await asyncio.sleep(1.1)
+    await runtime.agent.handle(inbound("second"))
+    first, second = fake_llm.requests[0]["messages"], fake_llm.requests[1]["messages"]
+    assert first[0]["role"] == "system"
+    assert "User likes green tea." in first[0]["content"]
+    assert all("SECRET-HISTORY" not in json.dumps(r["messages"]) for r in fake_llm.requests)
+    assert first[0]["content"] == second[0]["content"]
+    assert "[memgate runtime context" in first[-1]["content"]
+    assert "time:" not in first[0]["content"]
+
+
+async def test_tool_call_and_result_are_stored_and_paired(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A read_file call and its result are stored; later requests never hold an orphan result."""
+    (runtime.config.workspace / "notes.txt").write_text("the answer is 42")
+    fake_llm.push(tool_call("read_file", {"path": "notes.txt"}, call_id="call_a"))
+    fake_llm.push(text("It says the answer is 42."))
+    reply = await runtime.agent.handle(inbound("What does notes.txt say?"))
+    assert reply is not None and reply.text == "It says the answer is 42."
+    roles = [line.get("role") for line in session_lines(runtime)[1:]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    tool_line = session_lines(runtime)[3]
+    assert tool_line["tool_call_id"] == "call_a" and tool_line["content"] == "the answer is 42"
+    second_call = fake_llm.requests[1]["messages"]
+    assert second_call[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "name": "read_file",
+        "content": "the answer is 42",
+    }
+
+    await runtime.agent.handle(inbound("thanks"))
+    messages = fake_llm.requests[-1]["messages"]
+    called = {c["id"] for m in messages for c in m.get("tool_calls", [])}
+    results = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+    assert results == called == {"call_a"}
+
+
+async def test_file_tools_cannot_leave_the_workspace(
+    runtime: Runtime, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`..`, absolute paths and symlinks out of the workspace all return errors to the model."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("TOP-SECRET-OUTSIDE")
+    (runtime.config.workspace / "link.txt").symlink_to(outside)
+    (runtime.config.workspace / "linkdir").symlink_to(tmp_path)
+    attempts = ["../outside.txt", str(outside), "link.txt", "linkdir/outside.txt"]
+    for index, path in enumerate(attempts):
+        fake_llm.push(tool_call("read_file", {"path": path}, call_id=f"c{index}"))
+    fake_llm.push(text("I cannot read those."))
+    await runtime.agent.handle(inbound("read the files"))
+    fake_llm.push(tool_call("write_file", {"path": "../evil.txt", "content": "x"}))
+    fake_llm.push(text("done"))
+    await runtime.agent.handle(inbound("write outside"))
+    await runtime.agent.handle(inbound("anything else?"))
+
+    results = [line for line in session_lines(runtime) if line.get("role") == "tool"]
+    assert len(results) == 5
+    assert all(r["content"].startswith("Error:") for r in results)
+    assert not (tmp_path / "evil.txt").exists()
+    for request in fake_llm.requests:
+        assert "TOP-SECRET-OUTSIDE" not in json.dumps(request["messages"])
+
+
+async def test_llm_error_and_timeout_reply_briefly_and_store_nothing_bad(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A 500 or a timeout gives a short reply; the file stays valid with no error text stored."""
+    async with make_runtime({"llm": {"timeout": 0.5}}) as runtime:
+        fake_llm.push(error(500, "internal meltdown"))
+        reply = await runtime.agent.handle(inbound("hello"))
+        assert reply is not None and "HTTP 500" in reply.text and len(reply.text) < 120
+        fake_llm.push(text("late"), delay=3)
+        reply = await runtime.agent.handle(inbound("hello again"))
+        assert reply is not None and "did not answer in time" in reply.text
+        data = runtime.sessions.path_for("test:42").read_bytes()
+    loaded = parse_session_bytes(data)
+    assert [m["role"] for m in loaded.messages] == ["user", "user"]
+    assert "meltdown" not in data.decode() and "Sorry" not in data.decode()
+
+
+async def test_twenty_sessions_at_once_each_in_order(runtime: Runtime, fake_llm: FakeLLM) -> None:
+    """20 sessions receiving messages at once are all answered, each session's turns in order."""
+    fake_llm.delay = 0.05
+
+    async def chat(index: int) -> list[str]:
+        replies = []
+        for turn in range(3):
+            reply = await runtime.agent.handle(inbound(f"s{index} t{turn}", chat_id=str(index)))
+            assert reply is not None
+            replies.append(reply.text)
+        return replies
+
+    all_replies = await asyncio.gather(*(chat(i) for i in range(20)))
+    for index, replies in enumerate(all_replies):
+        assert [r.rsplit(" ", 1)[-1] for r in replies] == ["t0", "t1", "t2"]
+        users = [
+            m["content"] for m in session_lines(runtime, f"test:{index}") if m.get("role") == "user"
+        ]
+        assert users == [f"s{index} t0", f"s{index} t1", f"s{index} t2"]
+
+
+async def test_concurrent_messages_in_one_session_keep_their_order(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """Messages sent to one session at once are answered one after the other, in arrival order."""
+    fake_llm.delay = 0.02
+    await asyncio.gather(*(runtime.agent.handle(inbound(f"m{i}")) for i in range(8)))
+    lines = [m for m in session_lines(runtime) if m.get("role")]
+    assert [m["content"] for m in lines if m["role"] == "user"] == [f"m{i}" for i in range(8)]
+    assert [m["role"] for m in lines] == ["user", "assistant"] * 8
+
+
+async def test_stop_cancels_the_running_turn_and_keeps_the_message(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """/stop cancels the chat's running turn; the user message stays in the session."""
+    hold = asyncio.Event()
+    fake_llm.push(text("never delivered"), hold=hold)
+    turn = asyncio.ensure_future(runtime.agent.handle(inbound("long question")))
+    await fake_llm.wait_for_requests(1)
+    stop = await runtime.agent.handle(inbound("/stop"))
+    assert stop is not None and stop.text == "Stopped."
+    assert await turn is None
+    hold.set()
+    roles = [m.get("role") for m in session_lines(runtime)[1:]]
+    assert roles == ["user"]
+    nothing = await runtime.agent.handle(inbound("/stop"))
+    assert nothing is not None and nothing.text == "Nothing to stop."
+
+
+async def test_new_rotates_the_session_to_the_archive(runtime: Runtime, fake_llm: FakeLLM) -> None:
+    """/new moves the file to sessions/archive/ and the next turn starts a fresh session."""
+    await runtime.agent.handle(inbound("remember me"))
+    reply = await runtime.agent.handle(inbound("/new"))
+    assert reply is not None and reply.text == "New session started."
+    archived = list((runtime.config.workspace / "sessions" / "archive").glob("*.jsonl"))
+    assert len(archived) == 1 and "remember me" in archived[0].read_text()
+    assert not runtime.sessions.path_for("test:42").exists()
+    await runtime.agent.handle(inbound("hello again"))
+    last = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user"]
+
+
+async def test_help_and_status_answer_without_the_model(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """/help and /status are answered locally; /status reports sizes and the model."""
+    await runtime.agent.handle(inbound("hello"))
+    before = len(fake_llm.requests)
+    help_reply = await runtime.agent.handle(inbound("/help"))
+    status = await runtime.agent.handle(inbound("/status@memgate_bot"))
+    assert help_reply is not None and "/new" in help_reply.text
+    assert status is not None and "Messages: 2" in status.text and "gpt-4o-mini" in status.text
+    assert "Not yet in memory: 2 messages" in status.text
+    assert len(fake_llm.requests) == before
+
+
+async def test_unknown_tool_and_bad_arguments_go_back_to_the_model(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """An unknown tool or invalid JSON arguments become error text for the model, not a crash."""
+    fake_llm.push(tool_call("launch_rockets", {}))
+    fake_llm.push(tool_call("read_file", "{not json"))
+    fake_llm.push(text("sorry"))
+    reply = await runtime.agent.handle(inbound("go"))
+    assert reply is not None and reply.text == "sorry"
+    results = [m["content"] for m in session_lines(runtime) if m.get("role") == "tool"]
+    assert results[0].startswith("Error: unknown tool") and "not valid JSON" in results[1]
+
+
+async def test_max_iterations_ends_with_a_clear_message(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A model that keeps calling tools is stopped after agent.max_iterations."""
+    fake_llm.default = lambda body: tool_call("list_dir", {"path": "."})
+    async with make_runtime({"agent": {"max_iterations": 3}}) as runtime:
+        reply = await runtime.agent.handle(inbound("loop forever"))
+    assert reply is not None and "3 tool steps" in reply.text
+    assert len(fake_llm.requests) == 3
+
+
+async def test_history_is_trimmed_to_the_budget(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """With a small context window the oldest messages are left out of the prompt, not the file."""
+    overrides = {"llm": {"context_window": 4096, "max_tokens": 1024}, "memory": {"window": 10_000}}
+    async with make_runtime(overrides) as runtime:
+        for index in range(40):
+            await runtime.agent.handle(inbound(f"message {index} " + "lorem ipsum " * 40))
+        budget = runtime.config.llm.budget
+        system = fake_llm.requests[-1]["messages"][0]["content"]
+        for request in fake_llm.requests:
+            total = sum(runtime.counter.count_message(m) for m in request["messages"])
+            total += runtime.counter.count_tools(request["tools"])
+            assert total <= budget
+        last = fake_llm.requests[-1]["messages"]
+        assert last[1]["role"] == "user" and "message 0 " not in json.dumps(last)
+        assert len(runtime.sessions.path_for("test:42").read_text().splitlines()) == 81
+        assert system

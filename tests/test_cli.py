@@ -1,0 +1,82 @@
+"""The `memgate` command as a person runs it: init, chat -m, status, memory show/log/restore."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from tests.fakes.llm import FakeLLM, text
+
+
+async def memgate(
+    *args: str, home: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run the real CLI as a subprocess (the fake LLM keeps serving on this loop meanwhile)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MEMGATE_HOME": str(home), **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_init_writes_templates_and_never_overwrites(tmp_path: Path) -> None:
+    """init creates config and workspace files once; a second run keeps every edit."""
+    home = tmp_path / "home"
+    code, out, _ = await memgate("init", home=home)
+    assert code == 0 and "created" in out
+    workspace = home / "workspace"
+    for name in ("AGENTS.md", "SOUL.md", "USER.md", "memory/MEMORY.md"):
+        assert (workspace / name).is_file()
+    assert "## User Information" in (workspace / "memory/MEMORY.md").read_text()
+    assert oct((home / "config.yaml").stat().st_mode & 0o777) == "0o600"
+    (workspace / "SOUL.md").write_text("my own soul")
+    code, out, _ = await memgate("init", home=home)
+    assert code == 0 and "created" not in out
+    assert (workspace / "SOUL.md").read_text() == "my own soul"
+
+
+async def test_chat_message_status_and_memory_commands(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """chat -m prints the model's reply; status and memory show/log/restore work on the files."""
+    home = tmp_path / "home"
+    await memgate("init", home=home)
+    config = home / "config.yaml"
+    config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
+    env = {"OPENAI_API_KEY": "sk-cli-test-key-123456"}
+    fake_llm.push(text("Hello from the fake model."))
+    code, out, err = await memgate("chat", "-m", "hi there", home=home, env=env)
+    assert (code, out.strip()) == (0, "Hello from the fake model."), err
+    assert (home / "workspace/sessions/terminal:local.jsonl").is_file()
+
+    code, out, _ = await memgate("status", home=home, env=env)
+    assert code == 0 and "sessions:   1 live" in out and "sk-cli-test-key-123456" not in out
+
+    memory_md = home / "workspace/memory/MEMORY.md"
+    original = memory_md.read_text()
+    from datetime import UTC
+
+    from memory.files import MemoryFiles
+
+    MemoryFiles(home / "workspace", UTC).write_memory("# Long-term Memory\n\nnew text\n")
+    code, out, _ = await memgate("memory", "show", home=home, env=env)
+    assert out == "# Long-term Memory\n\nnew text\n"
+    code, out, _ = await memgate("memory", "restore", home=home, env=env)
+    assert code == 0 and "MEMORY." in out
+    code, out, _ = await memgate("memory", "restore", "latest", home=home, env=env)
+    assert code == 0 and memory_md.read_text() == original
+    code, out, _ = await memgate("memory", "restore", "nope", home=home, env=env)
+    assert code == 1 and "no version named" in _
+    (home / "workspace/memory/HISTORY.md").write_text(
+        "[2026-01-01 10:00] one\n\n[2026-01-02 10:00] two\n\n"
+    )
+    code, out, _ = await memgate("memory", "log", "-n", "1", home=home, env=env)
+    assert out.strip() == "[2026-01-02 10:00] two"

@@ -1,0 +1,64 @@
+"""The dependency direction of SPEC §1, checked on the source: a forbidden import fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Third-party SDKs and heavy libraries, each owned by exactly one module.
+OWNERS = {
+    "openai": "gateway/provider.py",
+    "telegram": "channels/telegram.py",
+    "discord": "channels/discord.py",
+    "tiktoken": "memory/tokens.py",
+    "yaml": "gateway/config.py",
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_memory_imports_neither_gateway_nor_channels() -> None:
+    """memory/ reaches the model through its own interface, never through the gateway."""
+    for path in modules("memory"):
+        for name in imports_of(path):
+            assert name.split(".")[0] not in {"gateway", "channels"}, f"{path}: {name}"
+
+
+def test_channels_import_only_the_bus() -> None:
+    """channels/ may import gateway.bus and each other, nothing else of ours."""
+    for path in modules("channels"):
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if top == "gateway":
+                assert name == "gateway.bus", f"{path}: {name}"
+            assert top != "memory", f"{path}: {name}"
+
+
+def test_each_sdk_is_imported_by_one_module() -> None:
+    """openai, telegram, discord, tiktoken and yaml each have a single owner module."""
+    for package in ("gateway", "channels", "memory"):
+        for path in modules(package):
+            relative = path.relative_to(ROOT).as_posix()
+            for name in imports_of(path):
+                owner = OWNERS.get(name.split(".")[0])
+                assert owner in (None, relative), f"{relative} imports {name}; only {owner} may"
+
+
+def test_bus_imports_nothing_of_ours() -> None:
+    """gateway/bus.py is the leaf every channel depends on."""
+    ours = {"gateway", "channels", "memory"}
+    assert not {n.split(".")[0] for n in imports_of(ROOT / "gateway" / "bus.py")} & ours

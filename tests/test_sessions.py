@@ -1,0 +1,151 @@
+"""The JSONL session store: names, format, torn tails, corrupt lines and the history window."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory.sessions import (
+    SessionStore,
+    file_name,
+    history_window,
+    key_from_file_name,
+    legal_messages,
+    parse_session_bytes,
+)
+
+
+class CharCounter:
+    """Counts a message as its characters, to make budgets easy to reason about."""
+
+    def count_message(self, message: dict) -> int:
+        return len(message.get("content") or "") + 1
+
+
+def test_file_names_are_readable_and_reversible() -> None:
+    """Plain keys keep their name; unsafe characters are percent-encoded and decode back."""
+    assert file_name("telegram:42") == "telegram:42.jsonl"
+    assert file_name("a/b%c\x00") == "a%2Fb%25c%00.jsonl"
+    assert key_from_file_name(file_name("a/b%c\x00")) == "a/b%c\x00"
+
+
+@given(st.text(min_size=1, max_size=40), st.text(min_size=1, max_size=40))
+def test_file_names_round_trip_and_never_collide(first: str, second: str) -> None:
+    """Any two distinct keys get distinct names that decode to themselves and have no '/'."""
+    assert key_from_file_name(file_name(first)) == first
+    assert "/" not in file_name(first)
+    if first != second:
+        assert file_name(first) != file_name(second)
+
+
+async def test_torn_last_line_is_ignored_then_repaired(tmp_path: Path) -> None:
+    """A file cut inside its last line loads without it, and the next append leaves a valid file."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:1")
+    await store.add_messages(session, [{"role": "user", "content": "one"}])
+    await store.add_messages(session, [{"role": "assistant", "content": "two"}])
+    path = store.path_for("t:1")
+    data = path.read_bytes()
+    path.write_bytes(data[:-12])  # crash in the middle of the assistant line
+
+    fresh = SessionStore(tmp_path, UTC)
+    reloaded = await fresh.get("t:1")
+    assert [m["content"] for m in reloaded.messages] == ["one"]
+    await fresh.add_messages(reloaded, [{"role": "assistant", "content": "again"}])
+    lines = path.read_text().splitlines()
+    assert [json.loads(line).get("content") for line in lines] == [None, "one", "again"]
+
+
+async def test_corrupt_middle_line_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A garbled line in the middle is skipped and logged; the rest of the session is kept."""
+    path = tmp_path / file_name("t:2")
+    path.write_text(
+        '{"_type":"metadata","key":"t:2","created_at":"2026-01-01T00:00:00+00:00","version":1}\n'
+        '{"role":"user","content":"a"}\n'
+        "{this is not json\n"
+        '{"role":"assistant","content":"b"}\n'
+    )
+    with caplog.at_level(logging.WARNING):
+        session = await SessionStore(tmp_path, UTC).get("t:2")
+    assert [m["content"] for m in session.messages] == ["a", "b"]
+    assert "corrupt line" in caplog.text and "line=3" in caplog.text
+
+
+@given(st.integers(min_value=0, max_value=10_000))
+def test_any_truncation_loads_as_a_prefix(cut: int) -> None:
+    """Cutting a valid session file anywhere loads a prefix of its messages."""
+    records = [{"_type": "metadata", "key": "k", "created_at": "x", "version": 1}]
+    records += [{"role": "user", "content": f"message {i} ✓ 😀"} for i in range(30)]
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+    full = parse_session_bytes(data).messages
+    part = parse_session_bytes(data[: cut % (len(data) + 1)]).messages
+    assert part == full[: len(part)]
+
+
+async def test_markers_move_the_pointer_and_the_last_one_wins(tmp_path: Path) -> None:
+    """Consolidation markers are appended; on load the last one sets last_consolidated."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:3")
+    await store.add_messages(session, [{"role": "user", "content": str(i)} for i in range(6)])
+    await store.mark_consolidated(session, 2)
+    await store.mark_consolidated(session, 4)
+    reloaded = await SessionStore(tmp_path, UTC).get("t:3")
+    assert reloaded.last_consolidated == 4 and len(reloaded.messages) == 6
+    with pytest.raises(ValueError):
+        await store.mark_consolidated(session, 7)
+
+
+async def test_cache_is_bounded_but_live_sessions_are_shared(tmp_path: Path) -> None:
+    """Idle sessions are evicted past the bound; one still in use is never loaded twice."""
+    store = SessionStore(tmp_path, UTC, cache_size=2)
+    held = await store.get("t:held")
+    for index in range(5):
+        await store.get(f"t:{index}")
+    assert len(list(store.cached())) == 2
+    assert await store.get("t:held") is held
+
+
+def test_history_window_is_legal() -> None:
+    """The window starts at a user message and pairs every tool call with its result."""
+    messages = [
+        {"role": "tool", "tool_call_id": "orphan", "content": "x"},
+        {"role": "assistant", "content": "dangling"},
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "ok", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "lost", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "ok", "name": "f", "content": "r", "timestamp": "t"},
+        {"role": "assistant", "content": "done", "timestamp": "t"},
+    ]
+    window = legal_messages(messages)
+    assert window[0] == {"role": "user", "content": "q"}
+    assert [c["id"] for c in window[1]["tool_calls"]] == ["ok"]
+    assert window[2] == {"role": "tool", "tool_call_id": "ok", "name": "f", "content": "r"}
+    assert all("timestamp" not in m for m in window)
+
+
+async def test_history_window_trims_oldest_first(tmp_path: Path) -> None:
+    """Only the newest messages that fit the budget are kept, from a user message on."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:4")
+    turns = []
+    for index in range(10):
+        turns += [{"role": "user", "content": f"u{index}"}, {"role": "assistant", "content": "a"}]
+    await store.add_messages(session, turns)
+    window = history_window(session, CharCounter(), available=16)
+    assert [m["content"] for m in window] == ["u7", "a", "u8", "a", "u9", "a"]
+    capped = history_window(session, CharCounter(), available=10_000, max_messages=4)
+    assert [m["content"] for m in capped] == ["u8", "a", "u9", "a"]
