@@ -106,7 +106,7 @@ class ContextBuilder:
         """The current message as the model sees it: the runtime block, then the text."""
         now = now or datetime.now(self.tz)
         sender = message.sender_name or message.sender_id
-        if message.sender_name and message.sender_id:
+        if message.sender_name and message.sender_id and message.sender_name != message.sender_id:
             sender = f"{message.sender_name} (id {message.sender_id})"
         lines = [
             RUNTIME_OPEN,

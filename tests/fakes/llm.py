@@ -44,12 +44,13 @@ def is_consolidation(body: dict[str, Any]) -> bool:
 
 
 def last_user_text(body: dict[str, Any]) -> str:
+    """The last user message's text, without memgate's runtime block."""
     for message in reversed(body.get("messages", [])):
         if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
-                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return str(content or "")
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content or "").rpartition("[end of runtime context]\n\n")[2]
     return ""
 
 
