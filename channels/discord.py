@@ -111,17 +111,8 @@ class DiscordChannel:
             raise RuntimeError("DiscordChannel.run() was already started")
         self._started = True
         _point_library_at(self._api_base, self._gateway_url)
-        client = self._client = _Client(
-            self,
-            intents=_intents(),
-            guild_ready_timeout=self._guild_ready_timeout,
-            chunk_guilds_at_startup=False,
-            max_ratelimit_timeout=_MAX_RATELIMIT_WAIT,
-            # The LLM writes the replies: never let it ping @everyone or a role.
-            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
-        )
         try:
-            await self._login(client)
+            client = await self._login()
             await client.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired as exc:
             raise DiscordChannelError(
@@ -138,11 +129,7 @@ class DiscordChannel:
             for task in list(self._inflight):
                 task.cancel()
             await asyncio.gather(*self._inflight, return_exceptions=True)
-            try:
-                async with asyncio.timeout(10):
-                    await client.close()
-            except TimeoutError:
-                log.warning("discord client did not close within 10s")
+            await self._close_client()
 
     async def send(self, message: OutboundMessage) -> None:
         """Send `message` split below 2000 characters; a failure is logged, never raised."""
@@ -306,14 +293,26 @@ class DiscordChannel:
             return None
         return relative
 
-    async def _login(self, client: _Client) -> None:
-        """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal."""
+    async def _login(self) -> _Client:
+        """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.
+
+        Each attempt gets a fresh client: a discord.py client whose login failed cannot log in again.
+        """
         attempt = 0
         while True:
+            client = self._client = _Client(
+                self,
+                intents=_intents(),
+                guild_ready_timeout=self._guild_ready_timeout,
+                chunk_guilds_at_startup=False,
+                max_ratelimit_timeout=_MAX_RATELIMIT_WAIT,
+                # The LLM writes the replies: never let it ping @everyone or a role.
+                allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
+            )
             try:
                 async with asyncio.timeout(_LOGIN_TIMEOUT):
                     await client.login(self._token)
-                return
+                return client
             except discord.LoginFailure as exc:
                 raise DiscordChannelError(
                     "Discord rejected the bot token (channels.discord.token)"
@@ -328,12 +327,21 @@ class DiscordChannel:
                     type(exc).__name__,
                     delay,
                 )
-                await client.http.close()  # login opens a fresh HTTP session each attempt
-                await asyncio.sleep(delay)
             except discord.HTTPException as exc:
                 raise DiscordChannelError(
                     f"Discord refused the login status={exc.status} ({exc.text or 'no reason'})"
                 ) from exc
+            await self._close_client()
+            await asyncio.sleep(delay)
+
+    async def _close_client(self) -> None:
+        if self._client is None:
+            return
+        try:
+            async with asyncio.timeout(10):
+                await self._client.close()
+        except TimeoutError:
+            log.warning("discord client did not close within 10s")
 
 
 class _Client(discord.Client):

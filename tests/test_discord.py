@@ -6,90 +6,43 @@ login) is in test_discord_connection.py.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from channels.discord import DiscordChannel
 from gateway.bus import InboundMessage, OutboundMessage
 from tests.fakes import discord_api as fd
-from tests.fakes.discord_api import FakeDiscord
-
-ALICE = fd.user(1_300_000_000_000_000_001, "alice")
-MALLORY = fd.user(1_300_000_000_000_000_002, "mallory")
-OTHER_BOT = fd.user(1_300_000_000_000_000_003, "otherbot", bot=True)
-DM = 1_310_000_000_000_000_001
-BARRIER_DM = 1_310_000_000_000_000_002
-STRANGER_DM = 1_310_000_000_000_000_003
-GUILD = 1_320_000_000_000_000_001
-GENERAL = 1_320_000_000_000_000_002
-THREAD = 1_320_000_000_000_000_003
-BOT_ROLE = 1_320_000_000_000_000_004
-BOT_MENTION = f"<@{fd.BOT_ID}>"
-
-
-class Recorder:
-    """A handler that records what it is given and answers with `reply(text)`."""
-
-    def __init__(self, reply: Callable[[str], str] = lambda text: f"echo: {text}") -> None:
-        self.reply = reply
-        self.inbound: list[InboundMessage] = []
-
-    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
-        self.inbound.append(message)
-        return OutboundMessage(message.channel, message.chat_id, self.reply(message.text))
+from tests.fakes.discord_api import (
+    ALICE,
+    BARRIER_DM,
+    BOT_MENTION,
+    BOT_ROLE,
+    DM,
+    GENERAL,
+    GUILD,
+    MALLORY,
+    OTHER_BOT,
+    STRANGER_DM,
+    THREAD,
+    FakeDiscord,
+    Recorder,
+    barrier,
+    serving,
+)
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeDiscord]:
+    """The fake Discord on loopback, with the standard guild."""
     fake, runner = await fd.start_fake_discord()
-    fake.guilds.append(
-        fd.guild(GUILD, channels=[fd.text_channel(GENERAL, GUILD)], bot_role=BOT_ROLE)
-    )
+    fake.guilds.append(fd.standard_guild())
     try:
         yield fake
     finally:
         await fd.stop_fake_discord(fake, runner)
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    fake: FakeDiscord, handler: Any, workspace: Path, **options: Any
-) -> AsyncIterator[DiscordChannel]:
-    """Run a DiscordChannel against the fake until the block ends."""
-    options.setdefault("allow_from", [ALICE["id"]])
-    channel = DiscordChannel(
-        handler,
-        token=fake.token,
-        api_base=fake.api_base,
-        gateway_url=fake.gateway_url,
-        workspace=workspace,
-        guild_ready_timeout=0.05,
-        **options,
-    )
-    task = asyncio.create_task(channel.run())
-    try:
-        await fd.eventually(lambda: channel.connected or task.done())
-        if task.done():
-            task.result()
-        yield channel
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def barrier(fake: FakeDiscord) -> None:
-    """Send Alice's DM and wait for its answer: every earlier event has been looked at by then."""
-    before = len(fake.sent(BARRIER_DM))
-    await fake.send_message(BARRIER_DM, ALICE, "barrier")
-    await fake.wait_for(lambda: len(fake.sent(BARRIER_DM)) > before)
 
 
 async def test_dm_from_allowed_user_is_answered(

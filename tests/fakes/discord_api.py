@@ -3,22 +3,28 @@
 REST requests are recorded (with their status) and 429s can be scripted; the gateway speaks HELLO,
 heartbeat ACKs, IDENTIFY → READY, and RESUME → missed events replayed + RESUMED, so a test can push
 dispatches and drop the socket with a close code. Frames go out as plain JSON text: discord.py asks
-for zlib-stream compression but reads uncompressed text frames as they are.
+for zlib-stream compression but reads uncompressed text frames as they are. At the end, a small
+harness runs a real `DiscordChannel` against it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from channels.discord import DiscordChannel
+from gateway.bus import InboundMessage, OutboundMessage
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -528,3 +534,69 @@ async def eventually(predicate: Callable[[], bool]) -> None:
         # Polling, because a channel exposes `connected` as a property, with no event to await.
         while not predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
+
+
+# -- harness: a DiscordChannel served against the fake -------------------------------------------
+
+ALICE = user(1_300_000_000_000_000_001, "alice")
+MALLORY = user(1_300_000_000_000_000_002, "mallory")
+OTHER_BOT = user(1_300_000_000_000_000_003, "otherbot", bot=True)
+DM = 1_310_000_000_000_000_001
+BARRIER_DM = 1_310_000_000_000_000_002
+STRANGER_DM = 1_310_000_000_000_000_003
+GUILD = 1_320_000_000_000_000_001
+GENERAL = 1_320_000_000_000_000_002
+THREAD = 1_320_000_000_000_000_003
+BOT_ROLE = 1_320_000_000_000_000_004
+BOT_MENTION = f"<@{BOT_ID}>"
+
+
+def standard_guild() -> Json:
+    """The server the tests use: one text channel, #general, and the bot's managed role."""
+    return guild(GUILD, channels=[text_channel(GENERAL, GUILD)], bot_role=BOT_ROLE)
+
+
+class Recorder:
+    """A handler that records what it is given and answers with `reply(text)`."""
+
+    def __init__(self, reply: Callable[[str], str] = lambda text: f"echo: {text}") -> None:
+        self.reply = reply
+        self.inbound: list[InboundMessage] = []
+
+    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
+        self.inbound.append(message)
+        return OutboundMessage(message.channel, message.chat_id, self.reply(message.text))
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    fake: FakeDiscord, handler: Any, workspace: Path, **options: Any
+) -> AsyncIterator[DiscordChannel]:
+    """Run a DiscordChannel against the fake until the block ends."""
+    options.setdefault("allow_from", [ALICE["id"]])
+    channel = DiscordChannel(
+        handler,
+        token=fake.token,
+        api_base=fake.api_base,
+        gateway_url=fake.gateway_url,
+        workspace=workspace,
+        guild_ready_timeout=0.05,
+        **options,
+    )
+    task = asyncio.create_task(channel.run())
+    try:
+        await eventually(lambda: channel.connected or task.done())
+        if task.done():
+            task.result()
+        yield channel
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def barrier(fake: FakeDiscord) -> None:
+    """Send Alice's DM and wait for its answer: every earlier event has been looked at by then."""
+    before = len(fake.sent(BARRIER_DM))
+    await fake.send_message(BARRIER_DM, ALICE, "barrier")
+    await fake.wait_for(lambda: len(fake.sent(BARRIER_DM)) > before)
