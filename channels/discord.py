@@ -10,6 +10,7 @@ import logging
 import random
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
@@ -61,7 +62,7 @@ class DiscordChannel:
         handler: Handler,
         *,
         token: str,
-        allow_from: list[str] | tuple[str, ...],
+        allow_from: Iterable[str],
         group_policy: str = "mention",
         api_base: str = "https://discord.com/api/v10",
         gateway_url: str | None = None,
@@ -195,10 +196,13 @@ class DiscordChannel:
         if not self._allow.allows(sender_id):
             self._allow.note_refused(self.name, sender_id, author.name)
             return
-        if not message.content.strip() and not message.attachments:
-            return
+        text = _clean_content(message, me.id)
+        if not text and not message.attachments:
+            return  # e.g. a bare mention of the bot
         # Each message in its own task, so `/stop` can arrive while a turn is running.
-        task = asyncio.create_task(self._handle(message, mentioned), name=f"discord {message.id}")
+        task = asyncio.create_task(
+            self._handle(message, text, mentioned), name=f"discord {message.id}"
+        )
         self._inflight.add(task)
         task.add_done_callback(self._forget)
 
@@ -209,11 +213,11 @@ class DiscordChannel:
 
     # -- one message -------------------------------------------------------------------------------
 
-    async def _handle(self, message: discord.Message, mentioned: bool) -> None:
+    async def _handle(self, message: discord.Message, text: str, mentioned: bool) -> None:
         chat_id = str(message.channel.id)
         async with asyncio.TaskGroup() as group:
             typing = group.create_task(_keep_typing(message.channel))
-            reply = await self._call_handler(message, mentioned)
+            reply = await self._call_handler(message, text, mentioned)
             typing.cancel()
         if reply is not None:
             await self.send(reply)
@@ -225,12 +229,11 @@ class DiscordChannel:
         )
 
     async def _call_handler(
-        self, message: discord.Message, mentioned: bool
+        self, message: discord.Message, text: str, mentioned: bool
     ) -> OutboundMessage | None:
         """Build the inbound message and run the handler; errors are logged, not raised."""
-        me_id = self._client.user.id if self._client and self._client.user else 0
         try:
-            text, media = await self._inbound_text(message, me_id)
+            text, media = await self._with_attachments(message, text)
             inbound = InboundMessage(
                 channel=self.name,
                 chat_id=str(message.channel.id),  # DM channel, guild channel or thread
@@ -249,11 +252,11 @@ class DiscordChannel:
             )
             return None
 
-    async def _inbound_text(
-        self, message: discord.Message, me_id: int
+    async def _with_attachments(
+        self, message: discord.Message, text: str
     ) -> tuple[str, tuple[str, ...]]:
-        """The message text without the bot's mention, plus one line per attachment."""
-        lines = [_clean_content(message, me_id)] if message.content.strip() else []
+        """Download the attachments; the text with one line per attachment, and their paths."""
+        lines = [text] if text else []
         media: list[str] = []
         for attachment in message.attachments:
             kind = _attachment_kind(attachment.content_type)
@@ -403,7 +406,8 @@ def _clean_content(message: discord.Message, me_id: int) -> str:
         text = re.sub(rf"<@&{role.id}>\s?", "", text)
     for user in message.mentions:
         if user.id != me_id:
-            text = re.sub(rf"<@!?{user.id}>", f"@{user.display_name}", text)
+            name = f"@{user.display_name}"
+            text = text.replace(f"<@{user.id}>", name).replace(f"<@!{user.id}>", name)
     return text.strip()
 
 

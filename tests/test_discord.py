@@ -148,6 +148,15 @@ async def test_guild_message_needs_a_mention(fake: FakeDiscord, tmp_path: Path) 
     assert [m["content"] for m in fake.sent(GENERAL)] == ["echo: what time is it?"]
 
 
+async def test_a_bare_mention_is_ignored(fake: FakeDiscord, tmp_path: Path) -> None:
+    """A message that is only the bot's mention, with nothing else, does not start a turn."""
+    handler = Recorder()
+    async with serving(fake, handler, tmp_path):
+        await fake.send_message(GENERAL, ALICE, BOT_MENTION, guild_id=GUILD, mentions=[fd.BOT_USER])
+        await barrier(fake)
+    assert [m.chat_id for m in handler.inbound] == [str(BARRIER_DM)]
+
+
 async def test_reply_to_the_bot_and_its_role_count_as_mentions(
     fake: FakeDiscord, tmp_path: Path
 ) -> None:
