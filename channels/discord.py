@@ -69,6 +69,7 @@ class DiscordChannel:
         workspace: Path,
         guild_ready_timeout: float = 2.0,
         max_media_bytes: int = 25 * 1024 * 1024,
+        shutdown_grace: float = 0.0,
     ) -> None:
         if not token or not token.strip():
             raise ValueError("channels.discord.token must not be empty")
@@ -93,10 +94,12 @@ class DiscordChannel:
         self._workspace = Path(workspace)
         self._guild_ready_timeout = guild_ready_timeout
         self._max_media_bytes = max_media_bytes
+        self._shutdown_grace = shutdown_grace
         self._client: _Client | None = None
         self._started = False
         self._connected = False
         self._inflight: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
         return f"<DiscordChannel group_policy={self._group_policy} connected={self._connected}>"
@@ -107,7 +110,11 @@ class DiscordChannel:
         return self._connected
 
     async def run(self) -> None:
-        """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's."""
+        """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
+
+        On cancellation no new message is taken; turns already running get `shutdown_grace`
+        seconds to finish and send their replies, then they are cancelled and the client closes.
+        """
         if self._started:
             raise RuntimeError("DiscordChannel.run() was already started")
         self._started = True
@@ -127,10 +134,11 @@ class DiscordChannel:
             ) from exc
         finally:
             self._connected = False
-            for task in list(self._inflight):
-                task.cancel()
-            await asyncio.gather(*self._inflight, return_exceptions=True)
-            await self._close_client()
+            self._stopping = True
+            try:
+                await self._drain()
+            finally:
+                await self._close_client()
 
     async def send(self, message: OutboundMessage) -> None:
         """Send `message` split below 2000 characters; a failure is logged, never raised."""
@@ -185,7 +193,13 @@ class DiscordChannel:
         """
         me = self._client.user if self._client else None
         author = message.author
-        if me is None or author.bot or author.id == me.id or message.type not in _ACCEPTED_TYPES:
+        if (
+            self._stopping
+            or me is None
+            or author.bot
+            or author.id == me.id
+            or message.type not in _ACCEPTED_TYPES
+        ):
             return
         mentioned = _mentions(message, me.id)
         if message.guild is not None and (
@@ -336,6 +350,19 @@ class DiscordChannel:
                 ) from exc
             await self._close_client()
             await asyncio.sleep(delay)
+
+    async def _drain(self) -> None:
+        """Let running turns finish within the grace period, then cancel what is left."""
+        if self._inflight and self._shutdown_grace > 0:
+            log.info(
+                "discord waiting for running turns count=%d grace=%.1fs",
+                len(self._inflight),
+                self._shutdown_grace,
+            )
+            await asyncio.wait(set(self._inflight), timeout=self._shutdown_grace)
+        for task in list(self._inflight):
+            task.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
 
     async def _close_client(self) -> None:
         if self._client is None:

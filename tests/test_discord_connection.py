@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from channels.discord import DiscordChannel, DiscordChannelError
+from gateway.bus import Handler, InboundMessage, OutboundMessage
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, Recorder, barrier, serving
 
@@ -28,9 +29,11 @@ async def fake() -> AsyncIterator[FakeDiscord]:
         await fd.stop_fake_discord(fake, runner)
 
 
-def make_channel(fake: FakeDiscord, workspace: Path, **options: object) -> DiscordChannel:
+def make_channel(
+    fake: FakeDiscord, workspace: Path, handler: Handler | None = None, **options: object
+) -> DiscordChannel:
     return DiscordChannel(
-        Recorder(),
+        handler or Recorder(),
         token=fake.token,
         allow_from=[ALICE["id"]],
         api_base=fake.api_base,
@@ -150,3 +153,30 @@ def test_bad_settings_are_refused_at_construction(
     settings = {"token": "t", "allow_from": [], "workspace": tmp_path, **options}
     with pytest.raises(ValueError, match=message):
         DiscordChannel(Recorder(), **settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("grace", "replied"), [(5.0, True), (0.0, False)])
+async def test_running_turn_may_finish_within_the_shutdown_grace(
+    fake: FakeDiscord, tmp_path: Path, grace: float, replied: bool
+) -> None:
+    """On stop, a running turn still sends its reply within shutdown_grace; with none it is cut."""
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(message: InboundMessage) -> OutboundMessage:
+        started.set()
+        await release.wait()
+        return OutboundMessage("discord", message.chat_id, "made it")
+
+    channel = make_channel(fake, tmp_path, slow, shutdown_grace=grace)
+    task = asyncio.create_task(channel.run())
+    await fd.eventually(lambda: channel.connected)
+    await fake.send_message(DM, ALICE, "take your time")
+    async with asyncio.timeout(fd.WAIT):
+        await started.wait()
+    task.cancel()
+    await asyncio.sleep(0.05)  # run() has taken the cancellation before the turn can end
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [m["content"] for m in fake.sent(DM)] == (["made it"] if replied else [])
