@@ -23,7 +23,7 @@ from gateway.provider import ChatProvider, ChatResponse
 from gateway.tools import ToolRegistry
 from memory.files import MemoryFiles
 from memory.sessions import Session, SessionStore, history_window
-from memory.tokens import TokenCounter
+from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class AgentLoop:
         system = await self.context.system_prompt(include_memory=include_memory)
         current = {"role": "user", "content": self.context.user_content(message)}
         schemas = self.tools.schemas()
-        system_tokens = await self.counter.count_async(system)
+        system_tokens = await self.counter.count_async(system) + MESSAGE_OVERHEAD
         fixed = system_tokens + self.counter.count_tools(schemas)
         fixed += self.counter.count_message(current)
         available = self.config.llm.budget - fixed

@@ -11,12 +11,16 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.agent import AgentLoop
 from gateway.config import Config
 from gateway.context import ContextBuilder
+from gateway.errors import LLMError, LLMStatusError
 from gateway.provider import ChatProvider, OpenAIProvider
 from gateway.tools import ToolRegistry, WorkspaceFiles
+from memory.consolidate import ConsolidationSettings, Consolidator
+from memory.errors import ModelCallError
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
@@ -34,6 +38,47 @@ class Runtime:
     counter: TokenCounter
     provider: ChatProvider
     agent: AgentLoop
+    consolidator: Consolidator
+
+
+class ProviderSummaryModel:
+    """Adapts the chat provider to memory's `SummaryModel`, translating its errors."""
+
+    def __init__(self, provider: ChatProvider) -> None:
+        self._provider = provider
+
+    async def call_tool(
+        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
+    ) -> Any:
+        name = tool["function"]["name"]
+        choice: str | dict[str, Any] = (
+            {"type": "function", "function": {"name": name}} if force else "auto"
+        )
+        try:
+            response = await self._provider.chat(messages, [tool], tool_choice=choice)
+        except LLMStatusError as exc:
+            refused = exc.status in (400, 422) and "tool_choice" in str(exc)
+            raise ModelCallError(str(exc), rejected_tool_choice=refused) from exc
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        for call in response.tool_calls:
+            if call.name == name:
+                return call.arguments
+        return None
+
+
+def consolidation_settings(config: Config) -> ConsolidationSettings:
+    memory = config.memory
+    return ConsolidationSettings(
+        budget=config.llm.budget,
+        consolidate_at=memory.consolidate_at,
+        consolidate_to=memory.consolidate_to,
+        window=memory.window,
+        workers=memory.workers,
+        shared_groups=memory.groups == "shared",
+        timeout=memory.timeout,
+        archive_on_new=memory.consolidate_on_new,
+    )
 
 
 def ensure_workspace(config: Config) -> MemoryFiles:
@@ -69,6 +114,14 @@ async def open_runtime(
         tools = ToolRegistry()
         for tool in WorkspaceFiles(config.workspace).tools():
             tools.add(tool)
+        consolidator = Consolidator(
+            sessions,
+            memory,
+            counter,
+            ProviderSummaryModel(provider),
+            consolidation_settings(config),
+            config.tz,
+        )
         agent = AgentLoop(
             config=config,
             provider=provider,
@@ -77,5 +130,17 @@ async def open_runtime(
             counter=counter,
             tools=tools,
             context=ContextBuilder(config.workspace, memory, config.tz),
+            keeper=consolidator,
         )
-        yield Runtime(config, memory, sessions, counter, provider, agent)
+        group = await stack.enter_async_context(asyncio.TaskGroup())
+        worker = group.create_task(consolidator.run(), name="consolidator")
+
+        async def stop_consolidation() -> None:
+            # Runs before the task group exits: the running job gets its grace, the rest waits
+            # for the next start (it is derived from the files).
+            await consolidator.drain(config.shutdown_grace)
+            worker.cancel()
+
+        stack.push_async_callback(stop_consolidation)
+        await consolidator.recover()
+        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator)

@@ -62,6 +62,7 @@ class Loaded:
     group: bool
     good_size: int  # bytes up to the end of the last complete line
     torn: bool  # bytes after good_size belong to a line cut short
+    key: str | None = None  # from the metadata line
 
 
 def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
@@ -74,6 +75,7 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
     last_consolidated = 0
     created_at = None
     group = False
+    key = None
     for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if not raw.strip():
             continue
@@ -89,6 +91,7 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
         if kind == "metadata":
             created_at = created_at or record.get("created_at")
             group = group or bool(record.get("group"))
+            key = key or record.get("key")
         elif kind == "consolidated":
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
@@ -97,7 +100,9 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             messages.append(record)
         else:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
-    return Loaded(messages, min(last_consolidated, len(messages)), created_at, group, end, torn)
+    return Loaded(
+        messages, min(last_consolidated, len(messages)), created_at, group, end, torn, key
+    )
 
 
 def _read(path: Path) -> Loaded:
@@ -141,6 +146,7 @@ class Session:
         self.created_at = loaded.created_at
         self.group = loaded.group  # a group chat: its memory stays out of MEMORY.md
         self.lock = asyncio.Lock()  # serializes appends to the file
+        self.consolidating = asyncio.Lock()  # one consolidation job at a time, live or archived
         self._size = loaded.good_size
         self._torn = loaded.torn
         self._tokens: list[int | None] = [None] * len(self.messages)
@@ -182,6 +188,8 @@ class SessionStore:
         # Sessions still referenced elsewhere (a running turn or job) stay findable after eviction.
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._loading: dict[str, asyncio.Future[Session]] = {}
+        # Sessions moved to the archive by /new that a job may still be working on.
+        self._archived: weakref.WeakValueDictionary[Path, Session] = weakref.WeakValueDictionary()
 
     def now(self) -> str:
         return datetime.now(self.tz).isoformat(timespec="seconds")
@@ -272,9 +280,26 @@ class SessionStore:
                 serial += 1
                 target = self.archive / f"{stem}.{stamp}-{serial}{SUFFIX}"
             await asyncio.to_thread(os.replace, session.path, target)
-            # Anyone still holding the old object now appends to the archived file.
+            # Anyone still holding the old object (a running consolidation) now appends to the
+            # archived file, and archival finds the same object, so the two never overlap.
             session.path = target
+            self._archived[target] = session
             return target
+
+    async def open_archived(self, path: Path) -> Session:
+        """A session in `archive/`; the same object a job may still hold if it was just rotated."""
+        session = self._archived.get(path)
+        if session is None:
+            loaded = await asyncio.to_thread(_read, path)
+            stem = path.name[: -len(SUFFIX)].rsplit(".", 1)[0]  # drop the rotation stamp
+            session = Session(loaded.key or key_from_file_name(stem + SUFFIX), path, loaded)
+            self._archived[path] = session
+        return session
+
+    def archived_paths(self) -> list[Path]:
+        if not self.archive.is_dir():
+            return []
+        return sorted(p for p in self.archive.iterdir() if p.name.endswith(SUFFIX))
 
     def keys(self) -> list[str]:
         """Keys of every live session file on disk."""

@@ -9,7 +9,14 @@ from pathlib import Path
 from gateway.app import Runtime
 from memory.sessions import parse_session_bytes
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, error, text, tool_call
+from tests.fakes.llm import (
+    FakeLLM,
+    consolidation_reply,
+    error,
+    is_consolidation,
+    text,
+    tool_call,
+)
 
 
 def session_lines(runtime: Runtime, key: str = "test:42") -> list[dict]:
@@ -228,11 +235,15 @@ async def test_max_iterations_ends_with_a_clear_message(
     make_runtime: RuntimeFactory, fake_llm: FakeLLM
 ) -> None:
     """A model that keeps calling tools is stopped after agent.max_iterations."""
-    fake_llm.default = lambda body: tool_call("list_dir", {"path": "."})
+    fake_llm.default = lambda body: (
+        consolidation_reply(body)
+        if is_consolidation(body)
+        else tool_call("list_dir", {"path": "."})
+    )
     async with make_runtime({"agent": {"max_iterations": 3}}) as runtime:
         reply = await runtime.agent.handle(inbound("loop forever"))
     assert reply is not None and "3 tool steps" in reply.text
-    assert len(fake_llm.requests) == 3
+    assert len(fake_llm.chat_requests()) == 3
 
 
 async def test_history_is_trimmed_to_the_budget(
@@ -245,11 +256,12 @@ async def test_history_is_trimmed_to_the_budget(
             await runtime.agent.handle(inbound(f"message {index} " + "lorem ipsum " * 40))
         budget = runtime.config.llm.budget
         system = fake_llm.requests[-1]["messages"][0]["content"]
-        for request in fake_llm.requests:
+        for request in fake_llm.requests:  # chat and consolidation prompts alike
             total = sum(runtime.counter.count_message(m) for m in request["messages"])
             total += runtime.counter.count_tools(request["tools"])
             assert total <= budget
         last = fake_llm.requests[-1]["messages"]
         assert last[1]["role"] == "user" and "message 0 " not in json.dumps(last)
-        assert len(runtime.sessions.path_for("test:42").read_text().splitlines()) == 81
+        stored = [m for m in session_lines(runtime) if m.get("role")]
+        assert len(stored) == 80  # the file keeps every message
         assert system

@@ -54,6 +54,20 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def consolidation_reply(body: dict[str, Any]) -> Reply:
+    """A well-formed save_memory call: one history paragraph, MEMORY.md plus one fact."""
+    prompt = last_user_text(body)
+    memory, _, conversation = prompt.partition("## Conversation to consolidate\n\n")
+    memory = memory.removeprefix("## Current MEMORY.md\n\n").strip()
+    lines = [line for line in conversation.splitlines() if line.startswith("[")]
+    stamp = lines[-1][:18] if lines else "[2026-01-01 00:00]"
+    first = lines[0][19:80] if lines else ""
+    arguments = {"history_entry": f"{stamp} Summary of {len(lines)} messages: {first}"}
+    if any(t["function"]["parameters"]["properties"].get("memory_update") for t in body["tools"]):
+        arguments["memory_update"] = f"{memory}\n- Fact from {len(lines)} messages\n"
+    return tool_call("save_memory", arguments)
+
+
 @dataclass
 class Step:
     """One scripted answer; `hold` keeps the request open until the event is set."""
@@ -127,9 +141,12 @@ class FakeLLM:
         self.in_flight += 1
         try:
             if step is None:
-                reply = (
-                    self.default(body) if self.default else text(f"echo: {last_user_text(body)}")
-                )
+                if self.default is not None:
+                    reply = self.default(body)
+                elif is_consolidation(body):
+                    reply = consolidation_reply(body)
+                else:
+                    reply = text(f"echo: {last_user_text(body)}")
                 delay, hold = self.delay, None
             else:
                 reply, delay, hold = step.reply, step.delay, step.hold

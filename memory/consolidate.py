@@ -1,0 +1,500 @@
+"""Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts (SPEC §4).
+
+The reply path only calls `after_turn()` / `after_rotate()`, which enqueue; `memory.workers` workers
+do the model calls. A session has at most one job queued or running, and failure counts are kept per
+session. The model is reached through `SummaryModel`, an interface defined here so this package never
+imports the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any, Protocol
+
+from memory.errors import ModelCallError
+from memory.files import MemoryFiles
+from memory.sessions import Message, Session, SessionStore
+from memory.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are a memory consolidation agent. Call the save_memory tool with your consolidation "
+    "of the conversation."
+)
+MAX_CHUNKS_PER_RUN = 5
+MAX_FAILURES = 3
+RAW_CAP = 8_000  # characters of a [RAW] entry's lines
+TOOL_RESULT_CHARS = 300
+_LINE_OVERHEAD = 8  # tokens a "[YYYY-MM-DD HH:MM] ROLE: " prefix adds to a message
+_STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
+
+
+def save_memory_tool(with_memory: bool) -> dict[str, Any]:
+    """The one tool of a consolidation call; group chats get no memory_update (SPEC §4)."""
+    properties: dict[str, Any] = {
+        "history_entry": {
+            "type": "string",
+            "description": (
+                "A paragraph (2-5 sentences) summarising the key events, decisions and topics, "
+                "starting with [YYYY-MM-DD HH:MM], with details useful for grep."
+            ),
+        }
+    }
+    if with_memory:
+        properties["memory_update"] = {
+            "type": "string",
+            "description": (
+                "The full updated MEMORY.md: all existing facts plus new ones; "
+                "unchanged if nothing new."
+            ),
+        }
+    return {
+        "type": "function",
+        "function": {
+            "name": "save_memory",
+            "description": "Save the consolidation of the conversation to long-term memory.",
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": list(properties),
+            },
+        },
+    }
+
+
+class SummaryModel(Protocol):
+    """The model call consolidation needs; the gateway adapts its chat provider to this."""
+
+    async def call_tool(
+        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
+    ) -> Any:
+        """Return the arguments the model gave the tool (any JSON shape), or None if it did not
+        call it; raise ModelCallError (rejected_tool_choice=True if forcing was refused)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ConsolidationSettings:
+    budget: int
+    consolidate_at: float = 0.75
+    consolidate_to: float = 0.5
+    window: int = 100
+    workers: int = 2
+    shared_groups: bool = False
+    timeout: float = 120.0
+    retry_delay: float = 2.0
+    archive_on_new: bool = True
+
+
+@dataclass
+class Job:
+    """One unit of queued work; `ident` dedupes (a key, or an archived file's path)."""
+
+    ident: str
+    key: str
+    archived: Path | None = None
+    system_tokens: int = 0
+    everything: bool = False  # consolidate all of it (archives, the CLI), not just what is due
+
+
+@dataclass
+class Outcome:
+    chunks: int = 0
+    messages: int = 0
+    failed: bool = False
+
+
+class Consolidator:
+    """Owns the consolidation queue and its workers; `run()` serves until cancelled."""
+
+    def __init__(
+        self,
+        sessions: SessionStore,
+        files: MemoryFiles,
+        counter: TokenCounter,
+        model: SummaryModel,
+        settings: ConsolidationSettings,
+        tz: tzinfo,
+    ) -> None:
+        self.sessions = sessions
+        self.files = files
+        self.counter = counter
+        self.model = model
+        self.settings = settings
+        self.tz = tz
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
+        self._pending: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._running = False
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.runs = 0
+        self.failures_total = 0
+        self.progress: Callable[[str, int, int], None] | None = None
+        self._closing = False
+        self._changed = asyncio.Condition()
+
+    # -- what the reply path calls: enqueue only -----------------------------------------------------
+    def after_turn(self, session: Session, system_tokens: int) -> None:
+        self.enqueue(Job(session.key, session.key, system_tokens=system_tokens))
+
+    def after_rotate(self, key: str, archived: Path) -> None:
+        if self.settings.archive_on_new:
+            self.enqueue(Job(str(archived), key, archived=archived, everything=True))
+
+    def enqueue(self, job: Job) -> bool:
+        """Queue `job` unless the same session already has one queued or running."""
+        if job.ident in self._pending:
+            return False
+        self._pending.add(job.ident)
+        self._idle.clear()
+        self._queue.put_nowait(job)
+        return True
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    async def recover(self) -> int:
+        """Queue archival left unfinished by a previous process (derived from the files)."""
+        if not self.settings.archive_on_new:
+            return 0
+        count = 0
+        for path in self.sessions.archived_paths():
+            session = await self.sessions.open_archived(path)
+            if session.unconsolidated:
+                count += self.enqueue(Job(str(path), session.key, archived=path, everything=True))
+        if count:
+            log.info("resuming archival consolidation sessions=%d", count)
+        return count
+
+    # -- workers -------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the queue with `workers` workers until cancelled."""
+        if self._running:
+            raise RuntimeError("Consolidator.run() is already running")
+        self._running = True
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(self.settings.workers):
+                    group.create_task(self._work(), name=f"consolidator-{index}")
+        finally:
+            self._running = False
+
+    async def _work(self) -> None:
+        while True:
+            job = await self._queue.get()
+            if self._closing:
+                continue  # left for the next start, which derives it from the files again
+            self._active += 1
+            again = False
+            try:
+                again = await self.process(job)
+            except Exception:
+                log.exception("consolidation job failed session=%s", job.key)
+            finally:
+                self._active -= 1
+                self._pending.discard(job.ident)
+                if again:
+                    self.enqueue(job)
+                elif not self._pending:
+                    self._idle.set()
+                async with self._changed:
+                    self._changed.notify_all()
+
+    async def wait_idle(self) -> None:
+        """Wait until nothing is queued or running (tests, the CLI)."""
+        await self._idle.wait()
+
+    async def drain(self, grace: float) -> bool:
+        """Start no new job and give running ones `grace` seconds; True if they all finished."""
+        self._closing = True
+        try:
+            async with asyncio.timeout(grace), self._changed:
+                await self._changed.wait_for(lambda: self._active == 0)
+        except TimeoutError:
+            log.warning(
+                "consolidation still running after %.0fs; it resumes on the next start", grace
+            )
+            return False
+        return True
+
+    # -- one job ---------------------------------------------------------------------------------------
+    async def process(self, job: Job) -> bool:
+        """Consolidate up to MAX_CHUNKS_PER_RUN chunks; True if more remains to do right away."""
+        if job.archived is not None:
+            session = await self.sessions.open_archived(job.archived)
+        else:
+            session = await self.sessions.get(job.key)
+        async with session.consolidating:
+            end = await asyncio.to_thread(self._target, session, job)
+            if end is None:
+                return False
+            chunks = await asyncio.to_thread(self._chunks, session, end)
+            outcome = Outcome()
+            for start, stop in chunks[:MAX_CHUNKS_PER_RUN]:
+                if not await self._consolidate_chunk(session, start, stop):
+                    outcome.failed = True
+                    break
+                outcome.chunks += 1
+                outcome.messages += stop - start
+                if self.progress is not None:
+                    self.progress(session.key, stop, end)
+            self.runs += 1
+            log.info(
+                "consolidated session=%s chunks=%d messages=%d pointer=%d failed=%s",
+                session.key,
+                outcome.chunks,
+                outcome.messages,
+                session.last_consolidated,
+                outcome.failed,
+            )
+            return not outcome.failed and len(chunks) > MAX_CHUNKS_PER_RUN and job.everything
+
+    def _target(self, session: Session, job: Job) -> int | None:
+        """The message index consolidation should reach now, at a user boundary; None if none."""
+        start, count = session.last_consolidated, len(session.messages)
+        if count - start <= 0:
+            return None
+        if job.everything:
+            if job.archived is not None:
+                return count  # an archive gets no more turns: all of it, trailing user included
+            end = count
+        else:
+            end = start
+            if count - start >= self.settings.window:
+                end = count - self.settings.window // 2
+            budget = self.settings.budget
+            tokens = [session.tokens(i, self.counter) for i in range(start, count)]
+            total = job.system_tokens + sum(tokens)
+            if total >= self.settings.consolidate_at * budget:
+                keep_at_most = self.settings.consolidate_to * budget - job.system_tokens
+                cut, kept = count, 0
+                while cut > start and kept + tokens[cut - 1 - start] <= keep_at_most:
+                    kept += tokens[cut - 1 - start]
+                    cut -= 1
+                end = max(end, cut)
+            if end <= start:
+                return None
+        end = _user_boundary(session.messages, end, start)
+        return end if end > start else None
+
+    def _chunks(self, session: Session, end: int) -> list[tuple[int, int]]:
+        """Split [pointer, end) into pieces that fit a consolidation prompt, at user boundaries."""
+        with_memory = not session.group or self.settings.shared_groups
+        fixed = self.counter.count(SYSTEM_PROMPT) + self.counter.count_tools(
+            [save_memory_tool(with_memory)]
+        )
+        if with_memory:
+            fixed += self.counter.count(self.files.read_memory())
+        # The prompt must fit the same budget as a chat prompt; a MEMORY.md so large that little
+        # room is left still gets a workable chunk.
+        limit = max(512, self.settings.budget - fixed - 64)
+        chunks: list[tuple[int, int]] = []
+        start = session.last_consolidated
+        while start < end:
+            stop, used = start, 0
+            while stop < end:
+                cost = session.tokens(stop, self.counter) + _LINE_OVERHEAD
+                if used + cost > limit and stop > start:
+                    break
+                used += cost
+                stop += 1
+            if stop < end:
+                boundary = _user_boundary_before(session.messages, stop, start)
+                # A single turn larger than a chunk is consolidated whole rather than cut.
+                stop = (
+                    boundary if boundary > start else _user_boundary(session.messages, stop, start)
+                )
+            stop = min(stop, end)
+            chunks.append((start, stop))
+            start = stop
+        return chunks
+
+    async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:
+        chunk = session.messages[start:stop]
+        with_memory = not session.group or self.settings.shared_groups
+        while True:
+            failures = self._failures.get(session.key, 0)
+            try:
+                saved = await self._save(chunk, with_memory)
+            except ModelCallError as exc:
+                failures += 1
+                self._failures[session.key] = failures
+                self.failures_total += 1
+                log.warning(
+                    "consolidation call failed session=%s attempt=%d error=%s",
+                    session.key,
+                    failures,
+                    exc,
+                )
+                if failures >= MAX_FAILURES:
+                    await self._write_raw(session, chunk, stop)
+                    self._failures.pop(session.key, None)
+                    return True
+                await asyncio.sleep(
+                    self.settings.retry_delay * 2 ** (failures - 1) * random.uniform(0.8, 1.2)
+                )
+                continue
+            self._failures.pop(session.key, None)
+            history_entry, memory_update = saved
+            history_entry = self._stamped(history_entry, chunk)
+            await self.files.aappend_history(history_entry)
+            if memory_update is not None:
+                await asyncio.to_thread(self._write_memory, memory_update)
+            await self.sessions.mark_consolidated(session, stop)
+            return True
+
+    async def _save(self, chunk: list[Message], with_memory: bool) -> tuple[str, str | None]:
+        """One consolidation: ask, validate, and redo it if MEMORY.md changed meanwhile.
+
+        An edit to MEMORY.md during the call (by the agent's tools or a person) would be lost if
+        we wrote the model's text over it, so the merge is redone against the new text; after
+        two such redos the model's memory_update is dropped (the chunk still reaches HISTORY.md)
+        rather than overwrite the edit.
+        """
+        for _ in range(3):
+            before = await self.files.aread_memory() if with_memory else ""
+            history_entry, memory_update = await self._ask(chunk, before, with_memory)
+            if not with_memory:
+                return history_entry, None
+            if await self.files.aread_memory() == before:
+                return history_entry, memory_update
+            log.info("MEMORY.md changed during consolidation; merging again")
+        log.warning("MEMORY.md kept changing; keeping its text and writing only HISTORY.md")
+        return history_entry, None
+
+    async def _ask(
+        self, chunk: list[Message], memory_text: str, with_memory: bool
+    ) -> tuple[str, str]:
+        tool = save_memory_tool(with_memory)
+        lines = "\n".join(self._format(m) for m in chunk)
+        parts = []
+        if with_memory:
+            parts.append(f"## Current MEMORY.md\n\n{memory_text.strip()}")
+        parts.append(f"## Conversation to consolidate\n\n{lines}")
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": "\n\n".join(parts)},
+        ]
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                try:
+                    arguments = await self.model.call_tool(messages, tool, force=True)
+                except ModelCallError as exc:
+                    if not exc.rejected_tool_choice:
+                        raise
+                    log.info("provider refused forced tool_choice; retrying with auto")
+                    arguments = await self.model.call_tool(messages, tool, force=False)
+        except TimeoutError as exc:
+            raise ModelCallError(f"no answer within {self.settings.timeout:.0f}s") from exc
+        return _validate(arguments, with_memory)
+
+    def _write_memory(self, text: str) -> None:
+        previous = self.files.read_memory()
+        if len(previous) > 1000 and len(text) < len(previous) / 2:
+            log.warning(
+                "memory_update drops more than half of MEMORY.md (%d -> %d chars); "
+                "previous version kept in memory/versions/",
+                len(previous),
+                len(text),
+            )
+        self.files.write_memory(text if text.endswith("\n") else text + "\n")
+
+    async def _write_raw(self, session: Session, chunk: list[Message], stop: int) -> None:
+        """After repeated failures, keep the chunk verbatim so nothing is lost, and move on."""
+        body = "\n".join(self._format(m, shorten=False) for m in chunk)
+        if len(body) > RAW_CAP:
+            body = body[:RAW_CAP] + f"\n[... {len(body) - RAW_CAP} characters truncated]"
+        stamp = self._stamp(chunk)
+        await self.files.aappend_history(f"{stamp} [RAW] {len(chunk)} messages\n{body}")
+        await self.sessions.mark_consolidated(session, stop)
+        log.error(
+            "consolidation failed %d times; chunk archived raw session=%s messages=%d",
+            MAX_FAILURES,
+            session.key,
+            len(chunk),
+        )
+
+    # -- formatting ----------------------------------------------------------------------------------
+    def _when(self, message: Message) -> datetime:
+        raw = message.get("timestamp")
+        try:
+            return datetime.fromisoformat(raw).astimezone(self.tz) if raw else datetime.now(self.tz)
+        except (TypeError, ValueError):
+            return datetime.now(self.tz)
+
+    def _stamp(self, chunk: list[Message]) -> str:
+        return self._when(chunk[-1]).strftime("[%Y-%m-%d %H:%M]")
+
+    def _stamped(self, entry: str, chunk: list[Message]) -> str:
+        entry = entry.strip()
+        return entry if _STAMP.match(entry) else f"{self._stamp(chunk)} {entry}"
+
+    def _format(self, message: Message, shorten: bool = True) -> str:
+        role = str(message.get("role", "?")).upper()
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        if message.get("tool_calls"):
+            names = ", ".join(c.get("function", {}).get("name", "?") for c in message["tool_calls"])
+            text = f"{text} [called {names}]".strip()
+        if role == "TOOL" and shorten and len(text) > TOOL_RESULT_CHARS:
+            text = text[:TOOL_RESULT_CHARS] + " [...]"
+        return f"{self._when(message).strftime('[%Y-%m-%d %H:%M]')} {role}: {text}"
+
+
+def _validate(arguments: Any, with_memory: bool) -> tuple[str, str]:
+    """Accept a dict, a JSON string or a one-element list; both fields must be non-empty text."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise ModelCallError(f"save_memory arguments are not JSON: {exc.msg}") from exc
+    if isinstance(arguments, list) and len(arguments) == 1:
+        arguments = arguments[0]
+    if isinstance(arguments, str):  # JSON text that itself held a JSON string
+        return _validate(arguments, with_memory)
+    if not isinstance(arguments, dict):
+        raise ModelCallError("the model did not call save_memory with an object")
+    history_entry = arguments.get("history_entry")
+    memory_update = arguments.get("memory_update") if with_memory else ""
+    if not isinstance(history_entry, str) or not history_entry.strip():
+        raise ModelCallError("save_memory: history_entry is missing or empty")
+    if with_memory and (not isinstance(memory_update, str) or not memory_update.strip()):
+        raise ModelCallError("save_memory: memory_update is missing or empty")
+    return history_entry, memory_update or ""
+
+
+def _user_boundary(messages: list[Message], index: int, floor: int) -> int:
+    """The first index >= `index` where a user message starts (or the end, if the last turn is
+    complete): a chunk ending there never cuts a turn."""
+    for position in range(max(index, floor + 1), len(messages)):
+        if messages[position].get("role") == "user":
+            return position
+    last = messages[-1] if messages else {}
+    complete = last.get("role") == "assistant" and not last.get("tool_calls")
+    if complete:
+        return len(messages)
+    # The newest turn may still be running: stop before its user message.
+    for position in range(len(messages) - 1, floor, -1):
+        if messages[position].get("role") == "user":
+            return position
+    return floor
+
+
+def _user_boundary_before(messages: list[Message], index: int, floor: int) -> int:
+    """The last index in (floor, index] where a user message starts; `floor` if none."""
+    for position in range(index, floor, -1):
+        if position < len(messages) and messages[position].get("role") == "user":
+            return position
+    return floor
