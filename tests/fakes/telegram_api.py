@@ -1,0 +1,395 @@
+"""A fake Telegram Bot API on 127.0.0.1 (aiohttp.web) for the real python-telegram-bot.
+
+Tests push updates that a long-polling getUpdates hands out (honouring offset), register files for
+getFile and download, and script failures (400 "can't parse entities", 429 with retry_after); every
+call is recorded. Unknown methods get Telegram's JSON error with status 400 (PTB reads 401 and 404
+as a bad token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+TOKEN = "123456789:AAH-fake-token-for-tests_0123456789ab"
+BOT = {
+    "id": 123456789,
+    "is_bot": True,
+    "first_name": "Memgate",
+    "username": "memgate_bot",
+    "can_join_groups": True,
+    "can_read_all_group_messages": False,
+    "supports_inline_queries": False,
+}
+WAIT = 10.0  # seconds a test waits for the fake to see something
+
+# Parameters PTB sends JSON-encoded inside form fields; everything else stays a string.
+_JSON_PARAMS = {"reply_parameters", "allowed_updates", "commands", "scope", "entities"}
+_INT_PARAMS = {"message_thread_id", "offset", "limit", "timeout", "max_connections"}
+_MENTION = re.compile(r"(?<![\w@])@\w{3,}|^/\w+(?:@\w+)?")
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Call:
+    """One request: the method, its decoded parameters, the HTTP status answered, and when."""
+
+    method: str
+    params: Json
+    status: int = 200
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Failure:
+    """A scripted error for the next call of `method` that `match` accepts."""
+
+    method: str
+    status: int
+    description: str
+    retry_after: int | None = None
+    match: Callable[[Json], bool] | None = None
+
+
+_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a",
+         "code", "pre", "blockquote", "tg-emoji"}  # fmt: skip
+_TAG = re.compile(r"<(/?)([a-z-]+)((?:\s+[a-z-]+(?:=\"[^\"<>]*\")?)*)\s*>")
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|#\d+|#x[0-9a-fA-F]+);")
+
+
+def parse_html(text: str) -> str:
+    """Telegram's reading of an HTML message: its plain text; ValueError where Telegram says 400."""
+    plain: list[str] = []
+    stack: list[str] = []
+    at = 0
+    while at < len(text):
+        if text[at] == "<":
+            tag = _TAG.match(text, at)
+            if tag is None or tag.group(2) not in _TAGS:
+                raise ValueError(f"Unsupported start tag at byte offset {at}")
+            closing, name = tag.group(1) == "/", tag.group(2)
+            if closing:
+                if not stack or stack.pop() != name:
+                    raise ValueError(f"Can't find end tag corresponding to start tag {name!r}")
+            else:
+                if name in ("code", "pre") and stack and stack[-1] == "code":
+                    raise ValueError("Entities can't be nested inside code")
+                stack.append(name)
+            at = tag.end()
+        elif text[at] == "&":
+            entity = _ENTITY.match(text, at)
+            if entity is None:
+                raise ValueError(f"Unsupported entity at byte offset {at}")
+            plain.append(html.unescape(entity.group(0)))
+            at = entity.end()
+        elif text[at] == ">":
+            raise ValueError(f"Unexpected > at byte offset {at}")
+        else:
+            plain.append(text[at])
+            at += 1
+    if stack:
+        raise ValueError(f"Can't find end tag corresponding to start tag {stack[-1]!r}")
+    return "".join(plain)
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def auto_entities(text: str) -> list[Json]:
+    """The mention and bot_command entities Telegram would attach, offsets in UTF-16 units."""
+    entities = []
+    for match in _MENTION.finditer(text):
+        kind = "bot_command" if match.group(0).startswith("/") else "mention"
+        offset = utf16_len(text[: match.start()])
+        entities.append({"type": kind, "offset": offset, "length": utf16_len(match.group(0))})
+    return entities
+
+
+@dataclass
+class FakeTelegram:
+    """The server's state: pending updates, registered files, scripted failures, every call."""
+
+    url: str = ""  # base_url for PTB, ending in /bot
+    file_url: str = ""  # base_file_url, ending in /file/bot
+    calls: list[Call] = field(default_factory=list)
+    updates: list[Json] = field(default_factory=list)
+    confirmed: int = 0  # getUpdates offset: updates below it are gone
+    failures: list[Failure] = field(default_factory=list)
+    files: dict[str, Json] = field(default_factory=dict)
+    contents: dict[str, bytes] = field(default_factory=dict)
+    commands: list[Json] = field(default_factory=list)
+    penalty_until: float = 0.0
+    penalty_violations: int = 0
+    _update_ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
+    _message_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    # -- scripting ---------------------------------------------------------------------------------
+    def push(self, update: Json) -> int:
+        """Queue a raw update (an update_id is added if missing); returns its update_id."""
+        update.setdefault("update_id", next(self._update_ids))
+        self.updates.append(update)
+        asyncio.get_running_loop().create_task(self._notify())
+        return int(update["update_id"])
+
+    def message(
+        self,
+        text: str | None = None,
+        *,
+        chat_id: int = 42,
+        user_id: int = 42,
+        username: str | None = "alice",
+        chat_type: str | None = None,
+        thread_id: int | None = None,
+        reply_to_bot: bool = False,
+        caption: str | None = None,
+        entities: list[Json] | None = None,
+        **extra: Any,
+    ) -> int:
+        """Push a message update as Telegram builds it; returns its update_id."""
+        kind = chat_type or ("private" if chat_id > 0 else "supergroup")
+        chat: Json = {"id": chat_id, "type": kind}
+        if kind != "private":
+            chat["title"] = "Team"
+            chat["is_forum"] = thread_id is not None
+        sender = {"id": user_id, "is_bot": False, "first_name": "Alice"}
+        if username:
+            sender["username"] = username
+        message: Json = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": chat,
+            "from": sender,
+            **extra,
+        }
+        if text is not None:
+            message["text"] = text
+            message["entities"] = auto_entities(text) if entities is None else entities
+        if caption is not None:
+            message["caption"] = caption
+            message["caption_entities"] = auto_entities(caption) if entities is None else entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": next(self._message_ids),
+                "date": int(time.time()),
+                "chat": chat,
+                "from": BOT,
+                "text": "an earlier answer",
+            }
+        return self.push({"message": message})
+
+    def add_file(
+        self, data: bytes, *, file_id: str, unique_id: str, path: str, size: int | None = None
+    ) -> Json:
+        """Register a downloadable file; returns the object to put into a message."""
+        info = {"file_id": file_id, "file_unique_id": unique_id, "file_size": size or len(data)}
+        self.files[file_id] = {**info, "file_path": path}
+        self.contents[path] = data
+        return info
+
+    def fail_next(
+        self,
+        method: str,
+        status: int,
+        description: str,
+        *,
+        retry_after: int | None = None,
+        match: Callable[[Json], bool] | None = None,
+    ) -> None:
+        """Answer the next matching call of `method` with this error."""
+        self.failures.append(Failure(method, status, description, retry_after, match))
+
+    def redeliver(self) -> None:
+        """Forget every confirmation, as if the bot had died before its next getUpdates."""
+        self.confirmed = 0
+
+    # -- inspection --------------------------------------------------------------------------------
+    def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
+        return [c for c in self.calls if c.method == method and (c.status == 200 or not ok_only)]
+
+    def sent(self, chat_id: int | None = None) -> list[Json]:
+        """Parameters of every sendMessage that was delivered, in order."""
+        return [
+            c.params
+            for c in self.calls_to("sendMessage", ok_only=True)
+            if chat_id is None or c.params.get("chat_id") == chat_id
+        ]
+
+    async def wait_for(self, check: Callable[[], bool], within: float = WAIT) -> None:
+        """Wait until `check()` holds, re-checking after every call the fake serves."""
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(check)
+
+    async def wait_sent(self, count: int, within: float = WAIT) -> list[Json]:
+        await self.wait_for(lambda: len(self.sent()) >= count, within)
+        return self.sent()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- serving -----------------------------------------------------------------------------------
+    async def _params(self, request: web.Request) -> Json:
+        raw: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            raw.update(await request.json())
+        elif request.can_read_body:
+            form = await request.post()
+            raw.update({k: v for k, v in form.items() if isinstance(v, str)})
+        params: Json = {}
+        for key, value in raw.items():
+            if isinstance(value, str) and key in _JSON_PARAMS:
+                value = json.loads(value)
+            elif isinstance(value, str) and (key in _INT_PARAMS or key == "chat_id"):
+                value = int(value) if re.fullmatch(r"-?\d+", value) else value
+            params[key] = value
+        return params
+
+    def _failure(self, method: str, params: Json) -> Failure | None:
+        for index, failure in enumerate(self.failures):
+            if failure.method == method and (failure.match is None or failure.match(params)):
+                return self.failures.pop(index)
+        return None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != TOKEN:
+            return _error(401, "Unauthorized")
+        method = request.match_info["method"]
+        params = await self._params(request)
+        call = Call(method, params)
+        self.calls.append(call)
+        try:
+            failure = self._failure(method, params)
+            if method == "sendMessage" and time.monotonic() < self.penalty_until:
+                # Telegram answers a send during the penalty with another 429.
+                self.penalty_violations += 1
+                failure = Failure(method, 429, "Too Many Requests: retry after 1", 1)
+            if failure is not None:
+                call.status = failure.status
+                if failure.retry_after is not None:
+                    self.penalty_until = time.monotonic() + failure.retry_after
+                return _error(failure.status, failure.description, failure.retry_after)
+            answer = getattr(self, f"_api_{method}", None)
+            if answer is None:
+                call.status = 400
+                return _error(400, f"Bad Request: method {method} is not served by the fake")
+            result = await answer(params)
+            if isinstance(result, web.Response):
+                call.status = result.status
+                return result
+            return web.json_response({"ok": True, "result": result})
+        finally:
+            await self._notify()
+
+    async def _api_getMe(self, params: Json) -> Json:
+        return BOT
+
+    async def _api_getUpdates(self, params: Json) -> list[Json]:
+        offset = int(params.get("offset") or 0)
+        if offset > 0:
+            self.confirmed = max(self.confirmed, offset)
+        deadline = time.monotonic() + min(float(params.get("timeout") or 0), 30.0)
+        async with self._changed:
+            while True:
+                pending = [u for u in self.updates if u["update_id"] >= self.confirmed]
+                left = deadline - time.monotonic()
+                if pending or left <= 0:
+                    return pending[: int(params.get("limit") or 100)]
+                try:
+                    async with asyncio.timeout(left):
+                        await self._changed.wait()
+                except TimeoutError:
+                    pass
+
+    async def _api_sendMessage(self, params: Json) -> Json | web.Response:
+        chat_id, text = params["chat_id"], params.get("text", "")
+        if params.get("parse_mode") == "HTML":
+            try:
+                text = parse_html(text)
+            except ValueError as exc:
+                return _error(400, f"Bad Request: can't parse entities: {exc}")
+        params["plain"] = text  # what the person sees
+        if not text.strip():
+            return _error(400, "Bad Request: message text is empty")
+        if utf16_len(text) > 4096:
+            return _error(400, "Bad Request: message is too long")
+        message: Json = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": BOT,
+            "text": text,
+        }
+        if "message_thread_id" in params:
+            message["message_thread_id"] = params["message_thread_id"]
+        return message
+
+    async def _api_sendChatAction(self, params: Json) -> bool:
+        return True
+
+    async def _api_getFile(self, params: Json) -> Json | web.Response:
+        info = self.files.get(str(params.get("file_id")))
+        return info if info is not None else _error(400, "Bad Request: invalid file_id")
+
+    async def _api_getMyCommands(self, params: Json) -> list[Json]:
+        return self.commands
+
+    async def _api_setMyCommands(self, params: Json) -> bool:
+        self.commands = list(params["commands"])
+        return True
+
+    async def _api_deleteWebhook(self, params: Json) -> bool:
+        return True
+
+    async def _api_setWebhook(self, params: Json) -> bool:
+        return True
+
+    async def download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != TOKEN:
+            return web.Response(status=401)
+        data = self.contents.get(request.match_info["path"])
+        self.calls.append(Call("download", {"path": request.match_info["path"]}))
+        await self._notify()
+        return web.Response(body=data) if data is not None else web.Response(status=404)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self.handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self.download)
+        return app
+
+
+def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:
+    body: Json = {"ok": False, "error_code": status, "description": description}
+    if retry_after is not None:
+        body["parameters"] = {"retry_after": retry_after}
+    return web.json_response(body, status=status)
+
+
+async def start_fake_telegram(host: str = "127.0.0.1") -> tuple[FakeTelegram, web.AppRunner]:
+    """Start a FakeTelegram on a free port; give PTB its `url` and `file_url`."""
+    fake = FakeTelegram()
+    # A client that goes away (PTB stopping mid long poll) cancels its handler, so cleanup is quick.
+    runner = web.AppRunner(fake.app(), access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, 0)
+    await site.start()
+    sockets = site._server.sockets if site._server else []  # aiohttp has no public accessor
+    port = sockets[0].getsockname()[1]
+    fake.url = f"http://{host}:{port}/bot"
+    fake.file_url = f"http://{host}:{port}/file/bot"
+    return fake, runner

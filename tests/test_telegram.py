@@ -1,0 +1,501 @@
+"""The Telegram channel: the real python-telegram-bot against the fake Bot API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import channels.telegram
+from channels.base import utf16_length
+from channels.telegram import TelegramChannel, TelegramStartError
+from gateway.bus import InboundMessage, OutboundMessage
+from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
+
+pytestmark = [
+    # PTB 22 warns that RetryAfter.retry_after will become a timedelta when it builds one from
+    # a 429; the channel reads either form.
+    pytest.mark.filterwarnings(
+        "ignore:Deprecated since version .*attribute `retry_after`"
+        ":telegram.warnings.PTBDeprecationWarning"
+    ),
+]
+
+Reply = Callable[[InboundMessage], str | None]
+
+
+class Recorder:
+    """A handler that records what it is given and answers `reply(message)`."""
+
+    def __init__(self, reply: Reply = lambda m: f"echo: {m.text}", delay: float = 0.0) -> None:
+        self.seen: list[InboundMessage] = []
+        self.reply = reply
+        self.delay = delay
+
+    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
+        self.seen.append(message)
+        await asyncio.sleep(self.delay)
+        text = self.reply(message)
+        return None if text is None else OutboundMessage("telegram", message.chat_id, text)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    """The fake Bot API; `fake.url` and `fake.file_url` are PTB's base URLs."""
+    server, runner = await start_fake_telegram()
+    try:
+        yield server
+    finally:
+        await runner.cleanup()
+
+
+def make_channel(
+    fake: FakeTelegram, tmp_path: Path, handler: Any, **options: Any
+) -> TelegramChannel:
+    options.setdefault("allow_from", ["42"])
+    return TelegramChannel(
+        handler,
+        token=TOKEN,
+        base_url=fake.url,
+        base_file_url=fake.file_url,
+        workspace=options.pop("workspace", tmp_path / "workspace"),
+        state_dir=tmp_path / "state",
+        shutdown_grace=options.pop("shutdown_grace", 1.0),
+        **options,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(channel: TelegramChannel) -> AsyncIterator[TelegramChannel]:
+    """Run the channel until the block ends, then cancel it and wait for its clean stop."""
+    task = asyncio.create_task(channel.run())
+    try:
+        async with asyncio.timeout(10):
+            while not channel.connected:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        yield channel
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert not channel.connected
+
+
+async def test_allowed_user_is_answered_in_their_chat(fake: FakeTelegram, tmp_path: Path) -> None:
+    """An allowed user's message reaches the handler and the reply goes back as HTML."""
+    handler = Recorder(lambda m: f"**echo**: {m.text}")
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("hello there")
+        sent = await fake.wait_sent(1)
+    assert sent[0]["chat_id"] == 42
+    assert sent[0]["parse_mode"] == "HTML"
+    assert sent[0]["text"] == "<b>echo</b>: hello there"
+    [message] = handler.seen
+    assert (message.channel, message.chat_id, message.sender_id) == ("telegram", "42", "42")
+    assert message.key == "telegram:42"
+    assert message.sender_name == "Alice" and not message.is_group
+
+
+async def test_stranger_gets_no_handler_call_download_or_typing(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sender outside allow_from costs nothing: no handler, no getFile, no typing; logged once."""
+    photo = fake.add_file(b"jpeg", file_id="ph1", unique_id="u1", path="photos/a.jpg")
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler, allow_from=["7"])):
+        fake.message("let me in", user_id=666, chat_id=666, username="mallory")
+        fake.message(
+            None,
+            user_id=666,
+            chat_id=666,
+            photo=[{**photo, "width": 9, "height": 9}],
+            caption="look",
+        )
+        fake.message("owner here", user_id=7, chat_id=7)  # handled after the stranger's
+        await fake.wait_sent(1)
+    assert [m.sender_id for m in handler.seen] == ["7"]
+    assert fake.calls_to("getFile") == [] and fake.calls_to("download") == []
+    assert all(c.params["chat_id"] == 7 for c in fake.calls_to("sendChatAction"))
+    assert [p["chat_id"] for p in fake.sent()] == [7]
+    refused = [r for r in caplog.records if "refused sender" in r.getMessage()]
+    assert len(refused) == 1 and "666" in refused[0].getMessage()
+
+
+async def test_username_in_allow_from_lets_the_user_in(fake: FakeTelegram, tmp_path: Path) -> None:
+    """allow_from accepts @username, case-insensitively."""
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler, allow_from=["@Alice"])):
+        fake.message("hi", user_id=99, chat_id=99, username="alice")
+        await fake.wait_sent(1)
+    assert handler.seen[0].sender_id == "99"
+
+
+async def test_group_needs_a_mention_or_a_reply_to_the_bot(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """In a group only messages that mention the bot or reply to it are answered."""
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("chatting among ourselves", chat_id=-100)
+        fake.message("@memgate_bot what time is it?", chat_id=-100)
+        fake.message("and tomorrow?", chat_id=-100, reply_to_bot=True)
+        fake.message(None, chat_id=-100, caption="@MEMGATE_BOT see this")
+        mention = {"type": "text_mention", "offset": 0, "length": 7, "user": BOT}
+        fake.message("Memgate, thanks", chat_id=-100, entities=[mention])
+        await fake.wait_sent(4)
+    texts = [m.text for m in handler.seen]
+    assert texts == ["what time is it?", "and tomorrow?", "see this", "Memgate, thanks"]
+    assert all(m.is_group and m.mentioned for m in handler.seen)
+    assert all(m.key == "telegram:-100" for m in handler.seen)
+    replied = {p["reply_parameters"]["message_id"] for p in fake.sent()}
+    assert replied == {int(m.message_id or 0) for m in handler.seen}  # each answers its message
+
+
+async def test_group_commands_for_another_bot_are_ignored(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """/cmd@otherbot is not ours; /status@memgate_bot and a bare /status are, suffix removed."""
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("/status@other_bot", chat_id=-100)
+        fake.message("/status@memgate_bot", chat_id=-100)
+        fake.message("/new", chat_id=-100)
+        await fake.wait_sent(2)
+    assert [m.text for m in handler.seen] == ["/status", "/new"]
+
+
+@pytest.mark.parametrize(("policy", "answered"), [("open", 2), ("off", 0)])
+async def test_group_policy_open_and_off(
+    fake: FakeTelegram, tmp_path: Path, policy: str, answered: int
+) -> None:
+    """group_policy open answers every group message; off answers none, even mentions."""
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler, group_policy=policy)):
+        fake.message("no mention", chat_id=-100)
+        fake.message("@memgate_bot hi", chat_id=-100)
+        fake.message("private", chat_id=42)  # handled last: the group ones were seen before
+        await fake.wait_sent(answered + 1)
+    assert len([m for m in handler.seen if m.is_group]) == answered
+
+
+async def test_topic_message_has_its_own_session_and_reply_thread(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """A forum topic message gets session telegram:<chat>:topic:<thread>; replies go there."""
+    handler = Recorder(delay=0.3)  # long enough for the typing indicator to go out
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("@memgate_bot in a topic", chat_id=-100, thread_id=7)
+        [sent] = await fake.wait_sent(1)
+    assert handler.seen[0].key == "telegram:-100:topic:7"
+    assert sent["message_thread_id"] == 7 and sent["chat_id"] == -100
+    assert fake.calls_to("sendChatAction")[0].params["message_thread_id"] == 7
+
+
+async def test_long_reply_is_split_within_the_limit(fake: FakeTelegram, tmp_path: Path) -> None:
+    """A 9,000-character reply with a code block arrives whole, in valid pieces ≤ 4096 units."""
+    prose = " ".join(f"word{i}" for i in range(500))  # ~4,400 characters
+    code = "\n".join(f"    value_{i} = compute({i}) * 2" for i in range(130))
+    # A run of emoji with no space to cut at: some cut must fall inside it.
+    emoji = "😀" * 1200
+    reply = f"# Report\n\n{prose}\n\n```python\n{code}\n```\n\n{emoji}\n\nThe end."
+    assert len(reply) >= 9000
+    handler = Recorder(lambda m: reply)
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("tell me everything")
+        await fake.wait_for(lambda: any("The end." in p["plain"] for p in fake.sent()))
+    sent = fake.sent()
+    assert len(sent) >= 3
+    assert all(p["parse_mode"] == "HTML" for p in sent)  # the fake parsed each one: balanced
+    assert all(utf16_length(p["text"]) <= 4096 for p in sent)
+    assert all(p["text"].count("<pre>") == p["text"].count("</pre>") for p in sent)
+    plain = "\n".join(p["plain"] for p in sent)
+    assert plain.count("😀") == 1200
+    for i in range(500):
+        assert f"word{i} " in plain or f"word{i}\n" in plain or plain.endswith(f"word{i}")
+    for i in range(130):
+        assert f"value_{i} = compute({i}) * 2" in plain
+    assert [fake.calls_to("sendMessage")[i].status for i in range(len(sent))] == [200] * len(sent)
+
+
+async def test_refused_html_is_resent_as_plain_text(fake: FakeTelegram, tmp_path: Path) -> None:
+    """On 400 "can't parse entities" the same piece goes out again without parse_mode."""
+    fake.fail_next(
+        "sendMessage",
+        400,
+        'Bad Request: can\'t parse entities: Unsupported start tag "x" at byte offset 0',
+        match=lambda p: p.get("parse_mode") == "HTML",
+    )
+    handler = Recorder(lambda m: "**bold** and <x>")
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("format something")
+        [sent] = await fake.wait_sent(1)
+    first, second = fake.calls_to("sendMessage")
+    assert second.status == 200
+    assert first.status == 400 and first.params["parse_mode"] == "HTML"
+    assert "parse_mode" not in sent
+    assert sent["text"] == "**bold** and <x>"
+
+
+async def test_flood_control_waits_then_delivers_once(fake: FakeTelegram, tmp_path: Path) -> None:
+    """A 429 with retry_after 1 is waited out; the message then arrives exactly once."""
+    fake.fail_next("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("hello")
+        await fake.wait_sent(1)
+        await asyncio.sleep(0.2)  # room for a wrong second delivery to show up
+    assert [c.status for c in fake.calls_to("sendMessage")] == [429, 200]
+    assert fake.penalty_violations == 0
+    assert len(fake.sent()) == 1
+
+
+async def test_other_send_errors_are_logged_and_the_channel_goes_on(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A send that fails for good is logged; later messages are still answered."""
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("one")
+        fake.message("two")
+        [sent] = await fake.wait_sent(1)
+    assert sent["text"] == "echo: two"
+    assert "telegram send failed" in caplog.text
+
+
+async def test_handler_error_does_not_stop_the_channel(fake: FakeTelegram, tmp_path: Path) -> None:
+    """A handler that raises is logged; the next message is handled as usual."""
+
+    def reply(message: InboundMessage) -> str:
+        if message.text == "boom":
+            raise RuntimeError("handler bug")
+        return "fine"
+
+    async with running(make_channel(fake, tmp_path, Recorder(reply))):
+        fake.message("boom")
+        fake.message("after")
+        [sent] = await fake.wait_sent(1)
+    assert sent["text"] == "fine"
+
+
+async def test_restart_handles_queued_updates_and_skips_handled_ones(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """After a restart, updates sent while down are handled; already handled ones are not."""
+    first = Recorder()
+    async with running(make_channel(fake, tmp_path, first)):
+        handled = fake.message("before the crash")
+        await fake.wait_sent(1)
+    state = json.loads((tmp_path / "state" / f"telegram-{BOT['id']}.json").read_text())
+    assert state["last_update_id"] == handled
+    fake.redeliver()  # as if the process died before Telegram heard the offset
+    fake.message("while down 1")
+    fake.message("while down 2")
+    second = Recorder()
+    async with running(make_channel(fake, tmp_path, second)):
+        await fake.wait_sent(3)
+        fake.message("after restart")
+        await fake.wait_sent(4)
+    assert [m.text for m in second.seen] == ["while down 1", "while down 2", "after restart"]
+    assert [m.text for m in first.seen] == ["before the crash"]
+
+
+async def test_photo_is_saved_under_media_and_referenced(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """The largest photo size is downloaded to media/telegram/ and named in the text."""
+    thumb = {"file_id": "small", "file_unique_id": "s1", "width": 90, "height": 90}
+    big = fake.add_file(b"\xff\xd8big-jpeg", file_id="big", unique_id="AQADbig", path="p/f.jpg")
+    handler = Recorder()
+    workspace = tmp_path / "workspace"
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message(
+            None, caption="what is this?", photo=[thumb, {**big, "width": 800, "height": 600}]
+        )
+        await fake.wait_sent(1)
+    [message] = handler.seen
+    assert message.media == ("media/telegram/AQADbig.jpg",)
+    assert message.text == "[image: media/telegram/AQADbig.jpg]\nwhat is this?"
+    assert (workspace / "media" / "telegram" / "AQADbig.jpg").read_bytes() == b"\xff\xd8big-jpeg"
+    assert [c.params["file_id"] for c in fake.calls_to("getFile")] == ["big"]
+
+
+async def test_voice_document_and_oversized_files(fake: FakeTelegram, tmp_path: Path) -> None:
+    """Voice and documents are saved with safe names; a file over 20 MB is only noted."""
+    voice = fake.add_file(b"ogg", file_id="v", unique_id="V1", path="voice/file_3.oga")
+    doc = fake.add_file(b"%PDF", file_id="d", unique_id="D1", path="documents/x")
+    huge = {"file_id": "h", "file_unique_id": "H1", "file_size": 25_000_000}
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message(None, voice={**voice, "duration": 2})
+        fake.message(None, document={**doc, "file_name": "../../etc/pass wd.pdf"})
+        fake.message(None, document={**huge, "file_name": "movie.mkv"}, caption="too big?")
+        await fake.wait_sent(3)
+    texts = [m.text for m in handler.seen]
+    assert texts[0] == "[voice: media/telegram/V1.oga]"
+    assert texts[1] == "[file: media/telegram/D1-etc_pass_wd.pdf]"
+    assert texts[2] == "[file: movie.mkv, 25.0 MB, too large to download]\ntoo big?"
+    assert handler.seen[2].media == ()
+    assert (tmp_path / "workspace/media/telegram/D1-etc_pass_wd.pdf").read_bytes() == b"%PDF"
+    assert "h" not in [c.params["file_id"] for c in fake.calls_to("getFile")]
+
+
+async def test_start_greets_without_the_handler(fake: FakeTelegram, tmp_path: Path) -> None:
+    """/start is answered with a greeting and never reaches the handler."""
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("/start")
+        [sent] = await fake.wait_sent(1)
+    assert handler.seen == []
+    assert "memgate" in sent["text"]
+
+
+async def test_commands_are_registered_only_when_changed(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """setMyCommands is called on the first start, not again when Telegram already has them."""
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        pass
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        pass
+    assert len(fake.calls_to("setMyCommands")) == 1
+    assert len(fake.calls_to("getMyCommands")) == 2
+    assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "help"]
+
+
+async def test_typing_runs_while_the_handler_works_and_stops(
+    fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sendChatAction repeats while the handler works and stops once it returned."""
+    monkeypatch.setattr(channels.telegram, "TYPING_EVERY", 0.05)
+    release = asyncio.Event()
+
+    async def slow(message: InboundMessage) -> OutboundMessage:
+        await release.wait()
+        return OutboundMessage("telegram", message.chat_id, "done")
+
+    async with running(make_channel(fake, tmp_path, slow)):
+        fake.message("think hard")
+        await fake.wait_for(lambda: len(fake.calls_to("sendChatAction")) >= 3)
+        release.set()
+        await fake.wait_sent(1)
+        typed = len(fake.calls_to("sendChatAction"))
+        await asyncio.sleep(0.3)
+        assert len(fake.calls_to("sendChatAction")) == typed
+
+
+async def test_a_second_message_is_handled_while_a_turn_runs(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """Messages of one chat reach the handler in order without waiting for the previous turn."""
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def handler(message: InboundMessage) -> OutboundMessage:
+        seen.append(message.text)
+        if message.text == "long question":
+            await release.wait()
+        return OutboundMessage("telegram", message.chat_id, f"re: {message.text}")
+
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("long question")
+        fake.message("/stop")
+        [sent] = await fake.wait_sent(1)
+        assert sent["text"] == "re: /stop"
+        release.set()
+        await fake.wait_sent(2)
+    assert seen == ["long question", "/stop"]
+
+
+async def test_shutdown_lets_a_running_turn_finish(fake: FakeTelegram, tmp_path: Path) -> None:
+    """Cancelling run() stops polling first, then waits (within the grace) for running turns."""
+    started = asyncio.Event()
+
+    async def handler(message: InboundMessage) -> OutboundMessage:
+        started.set()
+        await asyncio.sleep(0.3)
+        return OutboundMessage("telegram", message.chat_id, "finished")
+
+    async with running(make_channel(fake, tmp_path, handler, shutdown_grace=5)):
+        fake.message("slow one")
+        await started.wait()
+    assert [p["text"] for p in fake.sent()] == ["finished"]
+
+
+async def test_the_token_never_reaches_the_logs(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Even at DEBUG, with httpx logging every URL, no record carries the bot token."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    photo = fake.add_file(b"jpeg", file_id="p", unique_id="P", path="photos/p.jpg")
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        fake.message(None, photo=[{**photo, "width": 9, "height": 9}])
+        await fake.wait_sent(1)
+    assert "getUpdates" in caplog.text  # the URLs were logged…
+    assert TOKEN not in caplog.text  # …without the token
+    assert TOKEN.split(":")[1] not in caplog.text
+
+
+async def test_request_urls_stay_out_of_info_logs(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no level set for httpx, the channel keeps its per-request INFO lines out."""
+    caplog.set_level(logging.INFO)
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        fake.message("hi")
+        await fake.wait_sent(1)
+    assert not [r for r in caplog.records if r.name.startswith("httpx")]
+    assert logging.getLogger("httpx").level == logging.NOTSET  # restored on stop
+
+
+async def test_a_wrong_token_fails_start_clearly(fake: FakeTelegram, tmp_path: Path) -> None:
+    """Telegram's 401 for the token ends run() with TelegramStartError."""
+    channel = TelegramChannel(
+        Recorder(),
+        token="999:wrong",
+        allow_from=["42"],
+        base_url=fake.url,
+        workspace=tmp_path,
+        state_dir=tmp_path,
+    )
+    with pytest.raises(TelegramStartError, match="token"):
+        await channel.run()
+
+
+async def test_start_retries_while_telegram_is_unreachable(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """A 502 from getMe at start is retried; the channel then connects."""
+    fake.fail_next("getMe", 502, "Bad Gateway")
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        pass
+    assert [c.status for c in fake.calls_to("getMe")] == [502, 200]
+
+
+def test_bad_settings_fail_at_construction(tmp_path: Path) -> None:
+    """A bad group_policy, a malformed listen address or a missing token raise ValueError."""
+    common: dict[str, Any] = {"allow_from": [], "workspace": tmp_path, "state_dir": tmp_path}
+    with pytest.raises(ValueError, match="group_policy"):
+        TelegramChannel(Recorder(), token=TOKEN, group_policy="some", **common)
+    with pytest.raises(ValueError, match="webhook_listen"):
+        TelegramChannel(Recorder(), token=TOKEN, webhook_listen="8443", **common)
+    with pytest.raises(ValueError, match="token"):
+        TelegramChannel(Recorder(), token="", **common)
+
+
+async def test_run_twice_raises(fake: FakeTelegram, tmp_path: Path) -> None:
+    """A channel object serves once; a second run() is a bug and raises."""
+    channel = make_channel(fake, tmp_path, Recorder())
+    async with running(channel):
+        pass
+    with pytest.raises(RuntimeError, match="already"):
+        await channel.run()
