@@ -15,6 +15,8 @@ TELEGRAM_LIMIT = 4096  # UTF-16 code units per message
 
 # Same fence rule as channels.base.split_message, so a piece it closes and reopens renders whole.
 _FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+_LONG_FENCE = re.compile(r"(?m)^(\s*)(`{17,}|~{17,})")
+_LONG_INFO = re.compile(r"(?m)^(\s*(?:```+|~~~+))([^`\n]{64,})$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
 _QUOTE = re.compile(r"^ {0,3}>")
 _RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -53,11 +55,22 @@ def render_pieces(text: str, limit: int = TELEGRAM_LIMIT) -> list[Piece]:
     if limit < 64:
         raise ValueError("limit too small for a rendered piece")
     margin = min(256, limit // 4)
+    text = _tame_fences(text)
     pieces: list[Piece] = []
     for part in split_message(text, limit - margin, utf16_length):
         if part.strip():
             pieces.extend(_fit(part, limit))
     return pieces
+
+
+def _tame_fences(text: str) -> str:
+    """Fence lines that splitting could not close and reopen within a piece, made short.
+
+    A marker run over 16 becomes 16 (openers and closers still pair up); an info string too long
+    to be a language moves to the first line of the block, so no text is lost.
+    """
+    text = _LONG_FENCE.sub(lambda m: m.group(1) + m.group(2)[0] * 16, text)
+    return _LONG_INFO.sub(lambda m: f"{m.group(1)}\n{m.group(2)}", text)
 
 
 def _fit(part: str, limit: int) -> list[Piece]:
@@ -84,7 +97,8 @@ def render_html(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         fence = _FENCE.match(line)
-        if fence:
+        # CommonMark: "```x```" on one line is inline code, not a fence (info can't hold a `).
+        if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
             flush()
             marker, info = fence.group(1), fence.group(2).strip()
             body: list[str] = []
