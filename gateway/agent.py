@@ -96,7 +96,9 @@ class AgentLoop:
         )
         if not text:
             return None
-        return OutboundMessage(message.channel, message.chat_id, text, reply_to=message.message_id)
+        # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
+        reply_to = message.message_id if message.is_group else None
+        return OutboundMessage(message.channel, message.chat_id, text, reply_to=reply_to)
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)

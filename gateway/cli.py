@@ -170,7 +170,42 @@ def cmd_memory(args: argparse.Namespace) -> int:
         print(history or "(HISTORY.md is empty)", end="" if history else "\n")
     elif action == "restore":
         return _restore(files, args.version)
+    elif action == "consolidate":
+        return asyncio.run(_consolidate(config, args.session, args.all))
     return 0
+
+
+async def _consolidate(config: Config, key: str | None, everything: bool) -> int:
+    """Consolidate one session or all of them now, with a progress line on a terminal."""
+    from gateway.app import open_runtime
+    from memory.consolidate import Job
+
+    configure_logging("WARNING", config.secrets())
+    async with open_runtime(config) as runtime:
+        consolidator = runtime.consolidator
+        keys = runtime.sessions.keys() if everything else [key or ""]
+        if key and not runtime.sessions.path_for(key).exists():
+            raise UsageError(f"no session {key!r} in {runtime.sessions.root}")
+        if sys.stderr.isatty():
+            consolidator.progress = _progress_line
+        for name in keys:
+            consolidator.enqueue(Job(name, name, everything=True))
+        await consolidator.wait_idle()
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        pending = 0
+        for name in keys:
+            session = await runtime.sessions.get(name)
+            pending += session.unconsolidated
+    print(f"consolidated {len(keys)} session(s); {pending} message(s) still pending")
+    return 0 if pending == 0 else 1
+
+
+def _progress_line(key: str, done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    bar = "#" * filled + "." * (width - filled)
+    print(f"\r{key[:30]:30} [{bar}] {done}/{total} messages", end="", file=sys.stderr, flush=True)
 
 
 def _restore(files: MemoryFiles, version: str | None) -> int:
@@ -232,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
         "restore", help="list kept versions of MEMORY.md, or restore one", parents=[common]
     )
     restore.add_argument("version", nargs="?", help="a version's file name, or 'latest'")
+    consolidate = actions.add_parser(
+        "consolidate", help="consolidate sessions into memory now", parents=[common]
+    )
+    which = consolidate.add_mutually_exclusive_group(required=True)
+    which.add_argument("--session", metavar="KEY", help="one session, e.g. telegram:42")
+    which.add_argument("--all", action="store_true", help="every live session")
     return parser
 
 

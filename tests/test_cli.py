@@ -80,3 +80,25 @@ async def test_chat_message_status_and_memory_commands(tmp_path: Path, fake_llm:
     )
     code, out, _ = await memgate("memory", "log", "-n", "1", home=home, env=env)
     assert out.strip() == "[2026-01-02 10:00] two"
+
+
+async def test_memory_consolidate_command(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """`memory consolidate --session KEY` and `--all` consolidate now and report what is left."""
+    home = tmp_path / "home"
+    await memgate("init", home=home)
+    config = home / "config.yaml"
+    config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
+    env = {"OPENAI_API_KEY": "sk-cli-test-key-123456"}
+    await memgate("chat", "-m", "the wifi password is on the fridge", home=home, env=env)
+    await memgate("chat", "--session", "terminal:other", "-m", "hello", home=home, env=env)
+    code, out, err = await memgate(
+        "memory", "consolidate", "--session", "terminal:local", home=home, env=env
+    )
+    assert code == 0, err
+    assert "consolidated 1 session(s); 0 message(s) still pending" in out
+    history = (home / "workspace/memory/HISTORY.md").read_text()
+    assert "wifi password" in history and "hello" not in history
+    code, out, _ = await memgate("memory", "consolidate", "--all", home=home, env=env)
+    assert code == 0 and "consolidated 2 session(s)" in out
+    code, _, err = await memgate("memory", "consolidate", "--session", "nope:1", home=home, env=env)
+    assert code == 1 and "no session 'nope:1'" in err
