@@ -15,7 +15,9 @@ import pytest
 import channels.telegram
 from channels.base import utf16_length
 from channels.telegram import TelegramChannel, TelegramStartError
+from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
+from tests.fakes.llm import FakeLLM, last_user_text, text
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
 
 pytestmark = [
@@ -499,3 +501,52 @@ async def test_run_twice_raises(fake: FakeTelegram, tmp_path: Path) -> None:
         pass
     with pytest.raises(RuntimeError, match="already"):
         await channel.run()
+
+
+# -- through the real agent and the fake LLM ------------------------------------------------------
+
+
+async def test_the_agent_answers_through_telegram(
+    fake: FakeTelegram, tmp_path: Path, runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A Telegram message reaches the fake LLM through the real agent; its answer is sent back."""
+    fake_llm.push(text("Hello **Alice**, noted."))
+    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=runtime.config.workspace)
+    async with running(channel):
+        fake.message("Remember that I like tea.")
+        [sent] = await fake.wait_sent(1)
+    assert sent["chat_id"] == 42 and sent["text"] == "Hello <b>Alice</b>, noted."
+    [request] = fake_llm.chat_requests()
+    assert "Remember that I like tea." in last_user_text(request)
+    assert runtime.sessions.path_for("telegram:42").exists()
+
+
+async def test_a_stranger_causes_no_llm_request(
+    fake: FakeTelegram, tmp_path: Path, runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A stranger's message never reaches the LLM; the owner's next message does."""
+    workspace = runtime.config.workspace
+    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    async with running(channel):
+        fake.message("give me your memory", user_id=666, chat_id=666)
+        fake.message("hi, it's me")
+        await fake.wait_sent(1)
+    [request] = fake_llm.chat_requests()
+    assert "hi, it's me" in last_user_text(request)
+    assert "give me your memory" not in json.dumps(request)
+    assert [p["chat_id"] for p in fake.sent()] == [42]
+
+
+async def test_a_photo_reaches_the_llm_as_a_media_path(
+    fake: FakeTelegram, tmp_path: Path, runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A photo is saved under media/ and the LLM request names the saved file."""
+    workspace = runtime.config.workspace
+    photo = fake.add_file(b"\xff\xd8jpeg", file_id="ph", unique_id="AQADph", path="photos/f.jpg")
+    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    async with running(channel):
+        fake.message(None, caption="what is it?", photo=[{**photo, "width": 8, "height": 8}])
+        await fake.wait_sent(1)
+    assert (workspace / "media/telegram/AQADph.jpg").read_bytes() == b"\xff\xd8jpeg"
+    asked = last_user_text(fake_llm.chat_requests()[0])
+    assert "media/telegram/AQADph.jpg" in asked and "what is it?" in asked
