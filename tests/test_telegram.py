@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -550,3 +551,61 @@ async def test_a_photo_reaches_the_llm_as_a_media_path(
     assert (workspace / "media/telegram/AQADph.jpg").read_bytes() == b"\xff\xd8jpeg"
     asked = last_user_text(fake_llm.chat_requests()[0])
     assert "media/telegram/AQADph.jpg" in asked and "what is it?" in asked
+
+
+# -- webhook mode ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tornado") is not None, reason="webhooks installed")
+def test_webhook_mode_without_tornado_fails_at_construction(tmp_path: Path) -> None:
+    """webhook_url without python-telegram-bot[webhooks] is a configuration error, said at once."""
+    with pytest.raises(ValueError, match=r"webhooks"):
+        TelegramChannel(
+            Recorder(),
+            token=TOKEN,
+            allow_from=["42"],
+            workspace=tmp_path,
+            state_dir=tmp_path,
+            webhook_url="https://bot.example.org/telegram",
+        )
+
+
+async def test_webhook_mode_serves_updates_with_the_secret(
+    fake: FakeTelegram, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """With webhook_url set, setWebhook carries URL and secret; only posts with the secret count."""
+    pytest.importorskip("tornado")
+    import aiohttp
+
+    handler = Recorder()
+    channel = make_channel(
+        fake,
+        tmp_path,
+        handler,
+        webhook_url="https://bot.example.org/tg-hook",
+        webhook_listen=f"127.0.0.1:{unused_tcp_port}",
+        webhook_secret="s3cret-value",
+    )
+    local = f"http://127.0.0.1:{unused_tcp_port}/tg-hook"
+    update = {
+        "update_id": 5000,
+        "message": {
+            "message_id": 1,
+            "date": 1_700_000_000,
+            "chat": {"id": 42, "type": "private"},
+            "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "text": "via webhook",
+        },
+    }
+    async with running(channel), aiohttp.ClientSession() as http:
+        [hook] = fake.calls_to("setWebhook")
+        assert hook.params["url"] == "https://bot.example.org/tg-hook"
+        assert hook.params["secret_token"] == "s3cret-value"
+        forged = await http.post(local, json={**update, "update_id": 4999})
+        assert forged.status == 403
+        headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-value"}
+        accepted = await http.post(local, json=update, headers=headers)
+        assert accepted.status == 200
+        [sent] = await fake.wait_sent(1)
+    assert sent["text"] == "echo: via webhook"
+    assert [m.text for m in handler.seen] == ["via webhook"]
