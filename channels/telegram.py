@@ -17,6 +17,7 @@ import re
 import secrets
 import tempfile
 import warnings
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.base import AllowList
+from channels.base import AllowList, utf16_length
 from channels.telegram_html import Piece, render_pieces
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 
@@ -116,7 +117,7 @@ class TelegramChannel:
         self._tails: dict[_Target, asyncio.Event] = {}
         self._typing: dict[_Target, list[Any]] = {}
         self._flood_until = 0.0
-        self._send_locks: dict[int, tuple[asyncio.Lock, int]] = {}
+        self._send_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)  # per chat
 
     @property
     def connected(self) -> bool:
@@ -279,7 +280,7 @@ class TelegramChannel:
                 command, _, bot = part.partition("@")
                 if not bot or bot.lower() == me:
                     addressed = True
-                    skip = _utf16_length(command)
+                    skip = utf16_length(command)
                     cuts.append((entity.offset + skip, entity.length - skip))
                 else:
                     foreign = True
@@ -397,7 +398,8 @@ class TelegramChannel:
         entry = self._typing.get(target)
         if entry is None:
             assert self._tasks is not None
-            entry = self._typing[target] = [0, self._tasks.create_task(self._keep_typing(target))]
+            typing = self._tasks.create_task(_guarded(self._keep_typing(target)))
+            entry = self._typing[target] = [0, typing]
         entry[0] += 1
         try:
             yield
@@ -433,19 +435,9 @@ class TelegramChannel:
             return
         pieces = await asyncio.to_thread(render_pieces, message.text)
         # One reply's pieces go out together, never interleaved with another reply to the chat.
-        lock, users = self._send_locks.get(chat_id, (asyncio.Lock(), 0))
-        self._send_locks[chat_id] = (lock, users + 1)
-        try:
-            async with lock:
-                for index, piece in enumerate(pieces):
-                    first = reply_to if index == 0 else None
-                    await self._send_piece(chat_id, piece, thread_id, first)
-        finally:
-            lock, users = self._send_locks[chat_id]
-            if users == 1:
-                del self._send_locks[chat_id]
-            else:
-                self._send_locks[chat_id] = (lock, users - 1)
+        async with self._send_locks[chat_id]:
+            for index, piece in enumerate(pieces):
+                await self._send_piece(chat_id, piece, thread_id, reply_to if index == 0 else None)
 
     async def _send_piece(
         self, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None
@@ -588,10 +580,6 @@ def _retry_seconds(exc: RetryAfter) -> float:
 def _entities_refused(exc: BadRequest) -> bool:
     text = exc.message.lower()
     return "parse entities" in text or "text is empty" in text or "must be non-empty" in text
-
-
-def _utf16_length(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 def _utf16_slice(text: str, offset: int, length: int) -> str:
