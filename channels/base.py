@@ -15,6 +15,10 @@ from gateway.bus import Handler
 log = logging.getLogger(__name__)
 
 
+class ChannelConfigError(Exception):
+    """The platform refuses this configuration (bad token, missing intent); retrying won't help."""
+
+
 class Channel(Protocol):
     """A platform connection; `run()` serves until cancelled, handing messages to the handler."""
 

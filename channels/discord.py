@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
 
-from channels.base import AllowList, split_message
+from channels.base import AllowList, ChannelConfigError, split_message
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 
 with warnings.catch_warnings():
@@ -48,7 +48,7 @@ _NETWORK_ERRORS = (discord.DiscordException, OSError, aiohttp.ClientError, Timeo
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class DiscordChannelError(Exception):
+class DiscordChannelError(ChannelConfigError):
     """Discord refuses to serve this bot (bad token, intent not enabled); retrying will not help."""
 
 

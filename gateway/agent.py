@@ -39,6 +39,16 @@ class MemoryKeeper(Protocol):
     def after_rotate(self, key: str, archived: Path) -> None: ...
 
 
+class TurnObserver(Protocol):
+    """Receives figures about every turn (the metrics registry implements it)."""
+
+    def message_in(self, channel: str) -> None: ...
+
+    def message_out(self, channel: str, *, error: bool) -> None: ...
+
+    def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+
 @dataclass
 class TurnStats:
     prompt_tokens: int = 0
@@ -60,6 +70,7 @@ class AgentLoop:
         tools: ToolRegistry,
         context: ContextBuilder,
         keeper: MemoryKeeper | None = None,
+        observer: TurnObserver | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -69,6 +80,7 @@ class AgentLoop:
         self.tools = tools
         self.context = context
         self.keeper = keeper
+        self.observer = observer
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -78,14 +90,18 @@ class AgentLoop:
         """Answer one inbound message; never raises except on cancellation."""
         started = time.monotonic()
         stats = TurnStats()
+        failed = False
+        if self.observer is not None:
+            self.observer.message_in(message.channel)
         try:
             text = await self._dispatch(message, stats)
         except LLMError as exc:
             log.exception("llm failed session=%s error=%s", message.key, exc)
-            text = exc.user_message
+            text, failed = exc.user_message, True
         except Exception:
             log.exception("turn failed session=%s", message.key)
             text = "Sorry, something went wrong while answering. The error has been logged."
+            failed = True
         log.info(
             "handled session=%s latency_ms=%d llm_calls=%d prompt_tokens=%d completion_tokens=%d",
             message.key,
@@ -96,6 +112,8 @@ class AgentLoop:
         )
         if not text:
             return None
+        if self.observer is not None:
+            self.observer.message_out(message.channel, error=failed)
         # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
         reply_to = message.message_id if message.is_group else None
         return OutboundMessage(message.channel, message.chat_id, text, reply_to=reply_to)
@@ -215,7 +233,12 @@ class AgentLoop:
         stats: TurnStats,
     ) -> str | None:
         for _ in range(self.config.agent.max_iterations):
+            called = time.monotonic()
             response = await self.provider.chat(messages, schemas)
+            if self.observer is not None:
+                self.observer.llm_call(
+                    time.monotonic() - called, response.prompt_tokens, response.completion_tokens
+                )
             stats.calls += 1
             stats.prompt_tokens += response.prompt_tokens
             stats.completion_tokens += response.completion_tokens

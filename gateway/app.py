@@ -17,6 +17,8 @@ from gateway.agent import AgentLoop
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError
+from gateway.lock import WorkspaceLock
+from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIProvider
 from gateway.tools import ToolRegistry, WorkspaceFiles
 from memory.consolidate import ConsolidationSettings, Consolidator
@@ -39,6 +41,7 @@ class Runtime:
     provider: ChatProvider
     agent: AgentLoop
     consolidator: Consolidator
+    metrics: Metrics
 
 
 class ProviderSummaryModel:
@@ -97,6 +100,9 @@ async def open_runtime(
     """Build the runtime; resources close in reverse order on exit."""
     async with AsyncExitStack() as stack:
         memory = await asyncio.to_thread(ensure_workspace, config)
+        lock = WorkspaceLock(config.workspace)
+        lock.acquire()
+        stack.callback(lock.release)
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
         if provider is None:
             openai_provider = OpenAIProvider(
@@ -122,6 +128,12 @@ async def open_runtime(
             consolidation_settings(config),
             config.tz,
         )
+        metrics = Metrics()
+        metrics.watch_consolidation(
+            lambda: consolidator.runs,
+            lambda: consolidator.failures_total,
+            lambda: consolidator.queue_depth,
+        )
         agent = AgentLoop(
             config=config,
             provider=provider,
@@ -131,6 +143,7 @@ async def open_runtime(
             tools=tools,
             context=ContextBuilder(config.workspace, memory, config.tz),
             keeper=consolidator,
+            observer=metrics,
         )
         group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")
@@ -143,4 +156,4 @@ async def open_runtime(
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
-        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator)
+        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from channels.base import ChannelConfigError
 from gateway import __version__
 from gateway.config import (
     Config,
@@ -286,6 +287,14 @@ def main(argv: list[str] | None = None) -> None:
         code = EX_CONFIG
     except (MemgateError, MemoryStoreError) as exc:
         print(f"memgate: {exc}", file=sys.stderr)
+        code = 1
+    except ChannelConfigError as exc:
+        # The platform refused the token or a setting: restarting would not help.
+        print(f"memgate: configuration error: {exc}", file=sys.stderr)
+        code = EX_CONFIG
+    except Exception as exc:
+        log.exception("memgate stopped by an unexpected error")
+        print(f"memgate: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130

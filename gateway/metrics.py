@@ -1,0 +1,113 @@
+"""Operator-facing figures: Prometheus metrics and the /healthz and /metrics HTTP endpoints.
+
+The only module that imports prometheus_client. Each gateway has its own registry, so figures
+never leak between runtimes (or tests) in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """The gateway's counters and histograms; the agent reports into it after every turn."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter(
+            "memgate_messages_in", "Messages received, by channel", ["channel"], registry=r
+        )
+        self.messages_out = Counter(
+            "memgate_messages_out", "Replies produced, by channel", ["channel"], registry=r
+        )
+        self.turn_errors = Counter(
+            "memgate_turn_errors", "Turns that ended in an error reply", ["channel"], registry=r
+        )
+        self.llm_latency = Histogram(
+            "memgate_llm_latency_seconds",
+            "Latency of chat completion calls",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80),
+            registry=r,
+        )
+        self.tokens = Counter("memgate_tokens", "Tokens used, by kind", ["kind"], registry=r)
+
+    def watch_consolidation(
+        self, runs: Callable[[], float], failures: Callable[[], float], depth: Callable[[], float]
+    ) -> None:
+        """Expose the consolidator's own counts, read at scrape time."""
+        for name, help_text, read in (
+            ("memgate_consolidation_runs", "Consolidation runs completed", runs),
+            ("memgate_consolidation_failures", "Failed consolidation calls", failures),
+            ("memgate_consolidation_queue_depth", "Sessions queued or consolidating", depth),
+        ):
+            Gauge(name, help_text, registry=self.registry).set_function(read)
+
+    # -- the agent's observer interface ----------------------------------------------------------
+    def message_in(self, channel: str) -> None:
+        self.messages_in.labels(channel).inc()
+
+    def message_out(self, channel: str, *, error: bool) -> None:
+        self.messages_out.labels(channel).inc()
+        if error:
+            self.turn_errors.labels(channel).inc()
+
+    def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None:
+        self.llm_latency.observe(seconds)
+        self.tokens.labels("prompt").inc(prompt_tokens)
+        self.tokens.labels("completion").inc(completion_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`127.0.0.1:8765` → ("127.0.0.1", 8765); `[::1]:8765` works too."""
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def health_server(
+    listen: str, metrics: Metrics, status: Callable[[], dict[str, Any]]
+) -> AbstractAsyncContextManager[str]:
+    """Serve /healthz (JSON; 503 when a channel is down) and /metrics on `listen`."""
+
+    async def healthz(request: web.Request) -> web.Response:
+        body = status()
+        code = 200 if body.get("status") == "ok" else 503
+        return web.Response(
+            text=json.dumps(body, indent=2), status=code, content_type="application/json"
+        )
+
+    async def prometheus(request: web.Request) -> web.Response:
+        response = web.Response(body=metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    @asynccontextmanager
+    async def serving():  # type: ignore[no-untyped-def]
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/metrics", prometheus)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, port = parse_listen(listen)
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+            log.info("health endpoint listening on http://%s:%d", host, port)
+            yield f"http://{host}:{port}"
+        finally:
+            await runner.cleanup()
+
+    return serving()

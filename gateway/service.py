@@ -1,0 +1,145 @@
+"""`memgate run`: every enabled channel, the agent and the consolidator in one process.
+
+One exit stack owns the resources and one task group the long-lived tasks (STYLE "Async"). SIGTERM or
+SIGINT sets a stop event; then channels stop first (no new input; running turns get
+`shutdown_grace` to answer), then the health endpoint, then memory (consolidation gets its grace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from channels.base import Channel
+from channels.discord import DiscordChannel
+from channels.telegram import TelegramChannel
+from gateway.app import Runtime, open_runtime
+from gateway.config import Config
+from gateway.errors import ConfigError, MemgateError
+from gateway.metrics import health_server
+
+log = logging.getLogger(__name__)
+
+
+def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
+    """The enabled channels, each handing its messages to the agent."""
+    handler = runtime.agent.handle
+    channels: list[Channel] = []
+    telegram = config.channels.telegram
+    if telegram.enabled:
+        channels.append(
+            TelegramChannel(
+                handler,
+                token=telegram.token,
+                allow_from=telegram.allow_from,
+                group_policy=telegram.group_policy,
+                base_url=telegram.base_url,
+                base_file_url=telegram.base_file_url,
+                workspace=config.workspace,
+                state_dir=config.workspace / ".state",
+                webhook_url=telegram.webhook_url,
+                webhook_listen=telegram.webhook_listen,
+                webhook_secret=telegram.webhook_secret,
+                shutdown_grace=config.shutdown_grace,
+            )
+        )
+    discord = config.channels.discord
+    if discord.enabled:
+        channels.append(
+            DiscordChannel(
+                handler,
+                token=discord.token,
+                allow_from=discord.allow_from,
+                group_policy=discord.group_policy,
+                api_base=discord.api_base,
+                gateway_url=discord.gateway_url,
+                workspace=config.workspace,
+                shutdown_grace=config.shutdown_grace,
+            )
+        )
+    return channels
+
+
+def require_a_channel(config: Config) -> None:
+    if not (config.channels.telegram.enabled or config.channels.discord.enabled):
+        raise ConfigError(
+            f"{config.source}: no channel is enabled. Set channels.telegram.enabled: true "
+            "(with TELEGRAM_BOT_TOKEN and allow_from) or channels.discord.enabled: true "
+            "(with DISCORD_BOT_TOKEN and allow_from); `memgate chat` needs none",
+            path=str(config.source),
+            key="channels",
+        )
+
+
+async def run_service(config: Config) -> int:
+    """Serve until SIGTERM/SIGINT; exit status 0 after a clean stop."""
+    require_a_channel(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    started = time.monotonic()
+    try:
+        async with open_runtime(config) as runtime:
+            channels = build_channels(config, runtime)
+            names = ", ".join(channel.name for channel in channels)
+            log.info("memgate started channels=%s workspace=%s", names, config.workspace)
+            await _serve(config, runtime, channels, stop)
+            log.info("stopping: channels first, then memory")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("memgate stopped cleanly after %.0fs", time.monotonic() - started)
+    return 0
+
+
+async def _serve(
+    config: Config, runtime: Runtime, channels: list[Channel], stop: asyncio.Event
+) -> None:
+    def status() -> dict[str, Any]:
+        connected = {channel.name: channel.connected for channel in channels}
+        return {
+            "status": "ok" if all(connected.values()) else "degraded",
+            "channels": {name: {"connected": up} for name, up in connected.items()},
+            "consolidation_queue": runtime.consolidator.queue_depth,
+        }
+
+    try:
+        await _supervise(config, runtime, channels, stop, status)
+    except ExceptionGroup as failed:
+        error = failed.exceptions[0]
+        raise error from error.__cause__  # one channel's failure, as itself
+
+
+async def _supervise(
+    config: Config,
+    runtime: Runtime,
+    channels: list[Channel],
+    stop: asyncio.Event,
+    status: Callable[[], dict[str, Any]],
+) -> None:
+    async def health() -> None:
+        assert config.health.listen is not None
+        async with health_server(config.health.listen, runtime.metrics, status):
+            await asyncio.Event().wait()
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [
+            group.create_task(channel.run(), name=f"channel-{channel.name}") for channel in channels
+        ]
+        if config.health.listen:
+            tasks.append(group.create_task(health(), name="health"))
+        stopping = group.create_task(stop.wait(), name="stop-signal")
+        # A channel that ends on its own (a fatal error) stops the whole gateway, so the
+        # supervisor (systemd) can restart it; the task group raises its error for us.
+        done, _ = await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        ended = [task for task in done if task is not stopping and not task.exception()]
+        for task in tasks:
+            task.cancel()
+        stopping.cancel()
+    if ended and not stop.is_set():
+        raise MemgateError(f"{ended[0].get_name()} stopped unexpectedly")
