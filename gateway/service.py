@@ -80,8 +80,13 @@ async def run_service(config: Config) -> int:
     require_a_channel(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal, signum)
     started = time.monotonic()
     try:
         async with open_runtime(config) as runtime:

@@ -21,7 +21,11 @@ def describe(config: Config) -> str:
     for key in keys:
         loaded = parse_session_bytes(store.path_for(key).read_bytes(), key)
         pending += len(loaded.messages) - loaded.last_consolidated
-    archive = list(store.archive.glob("*.jsonl")) if store.archive.is_dir() else []
+    archive = store.archived_paths()
+    archival = 0
+    for path in archive:
+        loaded = parse_session_bytes(path.read_bytes(), str(path))
+        archival += loaded.last_consolidated < len(loaded.messages)
     memory_size = files.memory_md.stat().st_size if files.memory_md.exists() else 0
     history_size = files.history_md.stat().st_size if files.history_md.exists() else 0
     channels = [
@@ -39,7 +43,8 @@ def describe(config: Config) -> str:
             "channels:",
             *channels,
             f"sessions:   {len(keys)} live, {len(archive)} archived",
-            f"pending:    {pending} messages not yet consolidated",
+            f"pending:    {pending} messages not yet consolidated in live sessions, "
+            f"{archival} archived session(s) awaiting consolidation",
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
         ]
