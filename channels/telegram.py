@@ -30,7 +30,7 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.base import AllowList, utf16_length
+from channels.base import AllowList, ChannelConfigError, utf16_length
 from channels.telegram_html import Piece, render_pieces
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 
@@ -52,8 +52,8 @@ _GROUPS = (ChatType.GROUP, ChatType.SUPERGROUP)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-class TelegramStartError(RuntimeError):
-    """Telegram refused to let the channel start (a wrong or revoked token)."""
+class TelegramConfigError(ChannelConfigError, ValueError):
+    """A setting Telegram or this install cannot serve: a refused token, a bad value, no webhooks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +86,11 @@ class TelegramChannel:
         shutdown_grace: float = 10.0,
     ) -> None:
         if not token or ":" not in token:
-            raise ValueError("channels.telegram.token: expected a BotFather token like 123:ABC…")
+            raise TelegramConfigError(
+                "channels.telegram.token: expected a BotFather token like 123:ABC…"
+            )
         if group_policy not in ("mention", "open", "off"):
-            raise ValueError(f"channels.telegram.group_policy: {group_policy!r} is not one of "
+            raise TelegramConfigError(f"channels.telegram.group_policy: {group_policy!r} is not one of "
                              "mention, open, off")  # fmt: skip
         self._handler = handler
         self._token = token
@@ -103,7 +105,7 @@ class TelegramChannel:
         self._webhook_secret = webhook_secret or secrets.token_urlsafe(32)
         self._grace = shutdown_grace
         if webhook_url and importlib.util.find_spec("tornado") is None:
-            raise ValueError("channels.telegram.webhook_url: webhook mode needs "
+            raise TelegramConfigError("channels.telegram.webhook_url: webhook mode needs "
                              "python-telegram-bot[webhooks] (tornado) installed")  # fmt: skip
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._started = False
@@ -534,7 +536,7 @@ async def _retrying(what: str, action: Callable[[], Awaitable[Any]]) -> None:
             return
         except InvalidToken:
             # Not chained: PTB's message quotes the token, and a traceback would print it.
-            raise TelegramStartError(
+            raise TelegramConfigError(
                 "telegram refused the bot token (check channels.telegram.token)"
             ) from None
         except BadRequest:
@@ -628,7 +630,7 @@ def _file_url(base_url: str) -> str:
 def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"channels.telegram.webhook_listen: {listen!r} is not host:port")
+        raise TelegramConfigError(f"channels.telegram.webhook_listen: {listen!r} is not host:port")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import channels.telegram
-from channels.base import utf16_length
-from channels.telegram import TelegramChannel, TelegramStartError
+from channels.base import ChannelConfigError, utf16_length
+from channels.telegram import TelegramChannel, TelegramConfigError
 from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
 from tests.fakes.llm import FakeLLM, last_user_text, text
@@ -461,7 +461,7 @@ async def test_request_urls_stay_out_of_info_logs(
 
 
 async def test_a_wrong_token_fails_start_clearly(fake: FakeTelegram, tmp_path: Path) -> None:
-    """Telegram's 401 for the token ends run() with TelegramStartError."""
+    """Telegram's 401 for the token ends run() with a configuration error (exit 78 in the CLI)."""
     channel = TelegramChannel(
         Recorder(),
         token="999:wrong",
@@ -470,7 +470,7 @@ async def test_a_wrong_token_fails_start_clearly(fake: FakeTelegram, tmp_path: P
         workspace=tmp_path,
         state_dir=tmp_path,
     )
-    with pytest.raises(TelegramStartError, match="token"):
+    with pytest.raises(TelegramConfigError, match="token"):
         await channel.run()
 
 
@@ -485,13 +485,13 @@ async def test_start_retries_while_telegram_is_unreachable(
 
 
 def test_bad_settings_fail_at_construction(tmp_path: Path) -> None:
-    """A bad group_policy, a malformed listen address or a missing token raise ValueError."""
+    """A bad group_policy, listen address or token is a configuration error naming the key."""
     common: dict[str, Any] = {"allow_from": [], "workspace": tmp_path, "state_dir": tmp_path}
-    with pytest.raises(ValueError, match="group_policy"):
+    with pytest.raises(ChannelConfigError, match="group_policy"):
         TelegramChannel(Recorder(), token=TOKEN, group_policy="some", **common)
-    with pytest.raises(ValueError, match="webhook_listen"):
+    with pytest.raises(ChannelConfigError, match="webhook_listen"):
         TelegramChannel(Recorder(), token=TOKEN, webhook_listen="8443", **common)
-    with pytest.raises(ValueError, match="token"):
+    with pytest.raises(ChannelConfigError, match="token"):
         TelegramChannel(Recorder(), token="", **common)
 
 
@@ -559,7 +559,7 @@ async def test_a_photo_reaches_the_llm_as_a_media_path(
 @pytest.mark.skipif(importlib.util.find_spec("tornado") is not None, reason="webhooks installed")
 def test_webhook_mode_without_tornado_fails_at_construction(tmp_path: Path) -> None:
     """webhook_url without python-telegram-bot[webhooks] is a configuration error, said at once."""
-    with pytest.raises(ValueError, match=r"webhooks"):
+    with pytest.raises(ChannelConfigError, match=r"webhooks"):
         TelegramChannel(
             Recorder(),
             token=TOKEN,
