@@ -1,0 +1,172 @@
+"""`memgate run` end to end: a subprocess with Telegram against the fakes, stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.fakes.llm import FakeLLM, text
+from tests.fakes.telegram_api import TOKEN, FakeTelegram, start_fake_telegram
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    """A fake Bot API on 127.0.0.1."""
+    fake, runner = await start_fake_telegram()
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, port: int) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+llm:
+  base_url: {llm.url}
+  api_key: ${{OPENAI_API_KEY}}
+  max_retries: 0
+  timeout: 20
+channels:
+  telegram:
+    enabled: true
+    token: ${{TELEGRAM_BOT_TOKEN}}
+    allow_from: ["42"]
+    base_url: {telegram.url}
+    base_file_url: {telegram.file_url}
+health:
+  listen: 127.0.0.1:{port}
+shutdown_grace: 5
+"""
+    )
+    return path
+
+
+SECRETS = {"OPENAI_API_KEY": "sk-service-test-secret-98765", "TELEGRAM_BOT_TOKEN": TOKEN}
+
+
+async def start(config: Path, log: Path) -> asyncio.subprocess.Process:
+    handle = log.open("ab")
+    try:
+        return await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=handle,
+            stderr=handle,
+            env={**os.environ, **SECRETS, "MEMGATE_HOME": str(config.parent / "home")},
+        )
+    finally:
+        handle.close()
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as client, client.get(url) as response:
+        return response.status, await response.text()
+
+
+async def wait_healthy(url: str, process: asyncio.subprocess.Process) -> dict:
+    async with asyncio.timeout(30):
+        while True:
+            assert process.returncode is None, "memgate run exited early"
+            try:
+                status, body = await get(url)
+                if status == 200:
+                    return json.loads(body)
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+
+
+async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Messages are answered, health and metrics are real, a second run is refused, and SIGTERM
+    mid-turn still answers, exits 0 and leaves every file valid."""
+    port = free_port()
+    config = write_config(tmp_path, fake_llm, fake_telegram, port)
+    log = tmp_path / "memgate.log"
+    process = await start(config, log)
+    try:
+        health = await wait_healthy(f"http://127.0.0.1:{port}/healthz", process)
+        assert health["channels"]["telegram"]["connected"] is True
+
+        fake_llm.push(text("Hello Alice!"))
+        fake_telegram.message("hi there", chat_id=42, user_id=42)
+        sent = await fake_telegram.wait_sent(1, within=30)
+        assert sent[0]["chat_id"] == 42 and "Hello Alice!" in sent[0]["text"]
+
+        status, metrics = await get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        assert 'memgate_messages_in_total{channel="telegram"} 1.0' in metrics
+        assert "memgate_llm_latency_seconds_count 1.0" in metrics
+        assert "memgate_consolidation_queue_depth" in metrics
+
+        second = await start(config, tmp_path / "second.log")
+        assert await asyncio.wait_for(second.wait(), 60) != 0
+        refusal = (tmp_path / "second.log").read_text()
+        assert f"pid {process.pid}" in refusal and "already running" in refusal
+
+        release = asyncio.Event()
+        fake_llm.push(text("Here is the slow answer."), hold=release)
+        fake_telegram.message("a slow question", chat_id=42, user_id=42)
+        await fake_llm.wait_for_requests(2, kind="chat", within=30)
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        release.set()
+        assert await asyncio.wait_for(process.wait(), 60) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    sent = fake_telegram.sent(42)
+    assert any("slow answer" in m["text"] for m in sent)
+    workspace = tmp_path / "workspace"
+    session = workspace / "sessions" / "telegram:42.jsonl"
+    records = [json.loads(line) for line in session.read_text().splitlines()]
+    users = [r["content"] for r in records if r.get("role") == "user"]
+    assert users == ["hi there", "a slow question"]
+    assert (workspace / "memory" / "MEMORY.md").read_text().startswith("# Long-term Memory")
+    output = log.read_text()
+    assert "memgate stopped cleanly" in output
+    for secret in SECRETS.values():
+        assert secret not in output
+        assert secret.split(":")[-1] not in output
+    for path in workspace.rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            json.loads(line)
+        assert SECRETS["OPENAI_API_KEY"] not in path.read_text()
+
+
+async def test_run_without_channels_exits_78(tmp_path: Path) -> None:
+    """With no channel enabled, `memgate run` refuses with 78 and says how to enable one."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"workspace: {tmp_path / 'ws'}\nllm:\n  api_key: x\n")
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 78
+    assert b"channels.telegram.enabled: true" in err
