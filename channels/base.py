@@ -148,6 +148,10 @@ def _open_fence(text: str) -> tuple[str, str] | None:
         if not match:
             continue
         marker, info = match.group(1), match.group(2).strip()
+        if marker[0] == "`" and "`" in info:
+            continue  # "```x```" on one line is inline code, not a fence (CommonMark)
+        if len(marker) > 16 or len(info) > 64:
+            continue  # too long to repeat in every piece; split it as plain text
         if open_fence is None:
             open_fence = (marker, info)
         elif marker.startswith(open_fence[0][0]) and len(marker) >= len(open_fence[0]) and not info:

@@ -12,8 +12,8 @@ import re
 import sys
 from collections.abc import Iterable
 
-# Telegram bot tokens: "<digits>:<35 url-safe characters>".
-_BOT_TOKEN = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
+# Telegram bot tokens: "<digits>:<35 url-safe characters>", the colon URL-encoded in file URLs.
+_BOT_TOKEN = re.compile(r"(?<!\d)\d{6,12}(?::|%3[Aa])[A-Za-z0-9_-]{30,}")
 # Noisy libraries that log request URLs at INFO.
 _QUIET = ("httpx", "httpx2", "httpcore", "telegram", "telegram.ext", "discord", "openai", "aiohttp")
 
