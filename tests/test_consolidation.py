@@ -6,9 +6,11 @@ import asyncio
 import dataclasses
 import json
 import re
+from datetime import UTC
 from pathlib import Path
 
 from gateway.app import Runtime
+from memory.sessions import SessionStore
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import (
     FakeLLM,
@@ -84,24 +86,31 @@ async def test_window_trigger_writes_history_memory_version_and_marker(
 
 
 async def test_token_budget_consolidates_down_to_target_in_few_chunks(
-    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    """With a small context window the estimate ends at or below consolidate_to of the budget."""
+    """A session far over a small budget is consolidated to consolidate_to in at most 5 chunks."""
+    store = SessionStore(tmp_path / "workspace" / "sessions", UTC)
+    session = await store.get("test:42")
+    backlog = []
+    for index in range(80):
+        backlog.append({"role": "user", "content": f"question {index} " + "words " * 60})
+        backlog.append({"role": "assistant", "content": f"answer {index} " + "more " * 60})
+    await store.add_messages(session, backlog)
     overrides = {"llm": {"context_window": 6144, "max_tokens": 1024}, "memory": {"window": 1000}}
     async with make_runtime(overrides) as runtime:
-        for index in range(30):
-            await runtime.agent.handle(inbound(f"turn {index} " + "many words here " * 25))
+        await runtime.agent.handle(inbound("one more question"))
         await runtime.consolidator.wait_idle()
         session = await runtime.sessions.get("test:42")
-        system = fake_llm.chat_requests()[-1]["messages"][0]["content"]
-        estimate = runtime.counter.count_message({"content": system}) + session.tokens_between(
+        system = fake_llm.chat_requests()[-1]["messages"][0]
+        estimate = runtime.counter.count_message(system) + session.tokens_between(
             session.last_consolidated, len(session.messages), runtime.counter
         )
         budget = runtime.config.llm.budget
-        assert session.last_consolidated > 0
-        assert estimate < 0.75 * budget
-        runs = runtime.consolidator.runs
-        assert len(fake_llm.consolidation_requests()) <= 5 * runs
+        assert session.tokens_between(0, len(session.messages), runtime.counter) > 2 * budget
+        assert estimate <= 0.5 * budget
+        assert 2 <= len(fake_llm.consolidation_requests()) <= 5
+        assert runtime.consolidator.runs == 1
+        assert markers(runtime.sessions.path_for("test:42"))[-1] == session.last_consolidated
 
 
 async def test_replies_flow_while_a_consolidation_call_is_held(
