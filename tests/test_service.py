@@ -14,6 +14,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.fakes.discord_api import (
+    ALICE,
+    DM,
+    FakeDiscord,
+    start_fake_discord,
+    stop_fake_discord,
+)
 from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import TOKEN, FakeTelegram, start_fake_telegram
 
@@ -30,13 +37,25 @@ async def fake_telegram() -> AsyncIterator[FakeTelegram]:
         await runner.cleanup()
 
 
+@pytest.fixture
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    """A fake Discord REST API and gateway on 127.0.0.1."""
+    fake, runner = await start_fake_discord()
+    try:
+        yield fake
+    finally:
+        await stop_fake_discord(fake, runner)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def write_config(tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, port: int) -> Path:
+def write_config(
+    tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, discord: FakeDiscord, port: int
+) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
         f"""\
@@ -53,6 +72,12 @@ channels:
     allow_from: ["42"]
     base_url: {telegram.url}
     base_file_url: {telegram.file_url}
+  discord:
+    enabled: true
+    token: ${{DISCORD_BOT_TOKEN}}
+    allow_from: ["{ALICE["id"]}"]
+    api_base: {discord.api_base}
+    gateway_url: {discord.gateway_url}
 health:
   listen: 127.0.0.1:{port}
 shutdown_grace: 5
@@ -61,7 +86,11 @@ shutdown_grace: 5
     return path
 
 
-SECRETS = {"OPENAI_API_KEY": "sk-service-test-secret-98765", "TELEGRAM_BOT_TOKEN": TOKEN}
+SECRETS = {
+    "OPENAI_API_KEY": "sk-service-test-secret-98765",
+    "TELEGRAM_BOT_TOKEN": TOKEN,
+    "DISCORD_BOT_TOKEN": FakeDiscord.token,
+}
 
 
 async def start(config: Path, log: Path) -> asyncio.subprocess.Process:
@@ -97,27 +126,36 @@ async def wait_healthy(url: str, process: asyncio.subprocess.Process) -> dict:
 
 
 async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
-    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, fake_discord: FakeDiscord
 ) -> None:
-    """Messages are answered, health and metrics are real, a second run is refused, and SIGTERM
-    mid-turn still answers, exits 0 and leaves every file valid."""
+    """Telegram and Discord are answered, health and metrics are real, a second run is refused,
+    and SIGTERM mid-turn still answers, exits 0 and leaves every file valid."""
     port = free_port()
-    config = write_config(tmp_path, fake_llm, fake_telegram, port)
+    config = write_config(tmp_path, fake_llm, fake_telegram, fake_discord, port)
     log = tmp_path / "memgate.log"
     process = await start(config, log)
     try:
         health = await wait_healthy(f"http://127.0.0.1:{port}/healthz", process)
-        assert health["channels"]["telegram"]["connected"] is True
+        assert health["channels"] == {
+            "telegram": {"connected": True},
+            "discord": {"connected": True},
+        }
 
         fake_llm.push(text("Hello Alice!"))
         fake_telegram.message("hi there", chat_id=42, user_id=42)
         sent = await fake_telegram.wait_sent(1, within=30)
         assert sent[0]["chat_id"] == 42 and "Hello Alice!" in sent[0]["text"]
 
+        fake_llm.push(text("Hello from Discord!"))
+        await fake_discord.send_message(DM, ALICE, "hi on discord")
+        await fake_discord.wait_for(lambda: len(fake_discord.sent(DM)) == 1)
+        assert fake_discord.sent(DM)[0]["content"] == "Hello from Discord!"
+
         status, metrics = await get(f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         assert 'memgate_messages_in_total{channel="telegram"} 1.0' in metrics
-        assert "memgate_llm_latency_seconds_count 1.0" in metrics
+        assert 'memgate_messages_in_total{channel="discord"} 1.0' in metrics
+        assert "memgate_llm_latency_seconds_count 2.0" in metrics
         assert "memgate_consolidation_queue_depth" in metrics
 
         second = await start(config, tmp_path / "second.log")
@@ -128,7 +166,7 @@ async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
         release = asyncio.Event()
         fake_llm.push(text("Here is the slow answer."), hold=release)
         fake_telegram.message("a slow question", chat_id=42, user_id=42)
-        await fake_llm.wait_for_requests(2, kind="chat", within=30)
+        await fake_llm.wait_for_requests(3, kind="chat", within=30)
         process.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.5)
         release.set()
@@ -151,6 +189,8 @@ async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
     for secret in SECRETS.values():
         assert secret not in output
         assert secret.split(":")[-1] not in output
+    discord_session = workspace / "sessions" / f"discord:{DM}.jsonl"
+    assert "hi on discord" in discord_session.read_text()
     for path in workspace.rglob("*.jsonl"):
         for line in path.read_text().splitlines():
             json.loads(line)
