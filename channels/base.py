@@ -53,7 +53,7 @@ class AllowList:
     def allows(self, sender_id: str, username: str | None = None) -> bool:
         if self._everyone or sender_id in self._ids:
             return True
-        return bool(username) and username.lstrip("@").lower() in self._names
+        return username is not None and username.lstrip("@").lower() in self._names
 
     def note_refused(self, channel: str, sender_id: str, username: str | None = None) -> None:
         """Log a stranger once, with what the owner must add to `allow_from`."""
