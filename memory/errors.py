@@ -3,7 +3,8 @@
 MemoryStoreError
 ├── TokenizerError        no tokenizer vocabulary could be loaded (never a silent 0)
 ├── VersionNotFoundError  `memory restore` named a version that does not exist
-└── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
+├── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
+└── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
 """
 
 from __future__ import annotations
@@ -27,3 +28,7 @@ class ModelCallError(MemoryStoreError):
     def __init__(self, message: str, *, rejected_tool_choice: bool = False) -> None:
         super().__init__(message)
         self.rejected_tool_choice = rejected_tool_choice
+
+
+class SearchPathError(MemoryStoreError):
+    """memory_get refused a path: absolute, with `..`, leading outside memory/ or sessions/, or missing."""
