@@ -56,34 +56,32 @@ class AgentConfig(_Section):
 GroupPolicy = Literal["mention", "open", "off"]
 
 
-class TelegramConfig(_Section):
+class ChatChannelConfig(_Section):
+    """What every chat platform's section has."""
+
     enabled: bool = False
     token: str = ""
-    allow_from: list[str] = []
+    allow_from: list[str] = []  # user ids or @usernames; ["*"] for everyone; [] for nobody
     group_policy: GroupPolicy = "mention"
+
+    @field_validator("allow_from", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        # YAML reads `allow_from: [12345]` as integers; ids are compared as strings.
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class TelegramConfig(ChatChannelConfig):
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str | None = None
     webhook_url: str | None = None
     webhook_listen: str = "127.0.0.1:8443"
     webhook_secret: str | None = None
 
-    @field_validator("allow_from", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        return [str(v) for v in value] if isinstance(value, list) else value
 
-
-class DiscordConfig(_Section):
-    enabled: bool = False
-    token: str = ""
-    allow_from: list[str] = []
-    group_policy: GroupPolicy = "mention"
+class DiscordConfig(ChatChannelConfig):
     api_base: str = "https://discord.com/api/v10"
     gateway_url: str | None = None
-
-    _ids_as_strings = field_validator("allow_from", mode="before")(
-        TelegramConfig._ids_as_strings.__func__  # type: ignore[attr-defined]
-    )
 
 
 class ChannelsConfig(_Section):

@@ -26,41 +26,22 @@ log = logging.getLogger(__name__)
 
 
 def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
-    """The enabled channels, each handing its messages to the agent."""
+    """The enabled channels, each handing its messages to the agent.
+
+    A channel's config keys are its constructor's keyword arguments, so a key added to a section
+    reaches the channel without more wiring here.
+    """
     handler = runtime.agent.handle
+    shared = {"workspace": config.workspace, "shutdown_grace": config.shutdown_grace}
+    telegram, discord = config.channels.telegram, config.channels.discord
     channels: list[Channel] = []
-    telegram = config.channels.telegram
     if telegram.enabled:
-        channels.append(
-            TelegramChannel(
-                handler,
-                token=telegram.token,
-                allow_from=telegram.allow_from,
-                group_policy=telegram.group_policy,
-                base_url=telegram.base_url,
-                base_file_url=telegram.base_file_url,
-                workspace=config.workspace,
-                state_dir=config.workspace / ".state",
-                webhook_url=telegram.webhook_url,
-                webhook_listen=telegram.webhook_listen,
-                webhook_secret=telegram.webhook_secret,
-                shutdown_grace=config.shutdown_grace,
-            )
-        )
-    discord = config.channels.discord
+        settings = telegram.model_dump(exclude={"enabled"})
+        state_dir = config.workspace / ".state"
+        channels.append(TelegramChannel(handler, **settings, **shared, state_dir=state_dir))
     if discord.enabled:
-        channels.append(
-            DiscordChannel(
-                handler,
-                token=discord.token,
-                allow_from=discord.allow_from,
-                group_policy=discord.group_policy,
-                api_base=discord.api_base,
-                gateway_url=discord.gateway_url,
-                workspace=config.workspace,
-                shutdown_grace=config.shutdown_grace,
-            )
-        )
+        settings = discord.model_dump(exclude={"enabled"})
+        channels.append(DiscordChannel(handler, **settings, **shared))
     return channels
 
 
