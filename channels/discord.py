@@ -235,7 +235,8 @@ class DiscordChannel:
             typing.cancel()
         if reply is not None:
             await self.send(reply)
-        log.info(
+        # The agent logs the one INFO line per message; this detail is for debugging.
+        log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
             chat_id,
             message.author.id,

@@ -312,7 +312,8 @@ class TelegramChannel:
                 await previous.wait()
             inbound = await self._inbound(message, text, addressed, target)
             if inbound is not None:
-                log.info(
+                # The agent logs the one INFO line per message; this detail is for debugging.
+                log.debug(
                     "telegram message key=%s sender_id=%s media=%d",
                     inbound.key,
                     inbound.sender_id,
