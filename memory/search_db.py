@@ -150,6 +150,7 @@ def _connect_file(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for a refresh
         conn.execute("PRAGMA synchronous = NORMAL")  # the files are the truth; the index can lag
+        conn.execute("PRAGMA journal_size_limit = 4194304")  # a rebuild's WAL does not linger
     except BaseException:
         conn.close()
         raise

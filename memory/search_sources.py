@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 MAX_CHUNK_CHARS = 2_000  # a longer paragraph or section is indexed in pieces, each with its line
@@ -30,7 +31,7 @@ class Source:
     """One indexed file; `kind` is history, memory, note or session."""
 
     relative: str  # POSIX path relative to the workspace, as hits show it
-    path: Path
+    path: str  # absolute
     kind: str
 
     @property
@@ -85,44 +86,43 @@ def scan(workspace: Path) -> dict[str, tuple[Source, os.stat_result]]:
     """Every file search indexes, with its stat; links that lead outside memory/ and sessions/ are skipped."""
     allowed = roots(workspace)
     found: dict[str, tuple[Source, os.stat_result]] = {}
-
-    def visit(directory: str, pick: Iterator[tuple[str, str]]) -> None:
-        for name, kind in pick:
-            path = workspace / directory / name
-            try:
-                if path.is_symlink() and not is_inside(path.resolve(), allowed):
-                    continue
-                stat = path.stat()
-            except OSError:
-                continue
-            if path.is_file():
-                relative = f"{directory}/{name}"
-                found[relative] = (Source(relative, path, kind), stat)
-
-    def listing(directory: Path) -> list[str]:
+    # os.scandir: one stat per file, and symlinks are known from the directory entry itself.
+    for folder, pick in (
+        ("memory", _memory_kind),
+        ("sessions", _session_kind),
+        ("sessions/archive", _session_kind),
+    ):
         try:
-            return sorted(os.listdir(directory))
+            listing = os.scandir(workspace / folder)
         except (FileNotFoundError, NotADirectoryError):
-            return []
-
-    def memory_files() -> Iterator[tuple[str, str]]:
-        for name in listing(workspace / "memory"):
-            if name == "MEMORY.md":
-                yield name, "memory"
-            elif name == "HISTORY.md":
-                yield name, "history"
-            elif _NOTE_NAME.fullmatch(name):
-                yield name, "note"
-
-    def session_files(directory: Path) -> Iterator[tuple[str, str]]:
-        for name in listing(directory):
-            if name.endswith(".jsonl"):
-                yield name, "session"
-
-    visit("memory", memory_files())
-    visit("sessions", session_files(workspace / "sessions"))
-    visit("sessions/archive", session_files(workspace / "sessions" / "archive"))
+            continue
+        with listing:
+            for item in listing:
+                kind = pick(item.name)
+                if kind is None:
+                    continue
+                try:
+                    if item.is_symlink() and not is_inside(Path(item.path).resolve(), allowed):
+                        continue
+                    stat = item.stat()
+                except OSError:
+                    continue
+                if S_ISREG(stat.st_mode):
+                    relative = f"{folder}/{item.name}"
+                    found[relative] = (Source(relative, item.path, kind), stat)
     return found
+
+
+def _memory_kind(name: str) -> str | None:
+    if name == "MEMORY.md":
+        return "memory"
+    if name == "HISTORY.md":
+        return "history"
+    return "note" if _NOTE_NAME.fullmatch(name) else None
+
+
+def _session_kind(name: str) -> str | None:
+    return "session" if name.endswith(".jsonl") else None
 
 
 def parse(
@@ -136,7 +136,7 @@ def parse(
         return _history(lines, start, tz)
     if source.kind == "memory":
         return _memory(lines, mtime), start
-    day = note_day(source.path.name)
+    day = note_day(source.relative.rpartition("/")[2])
     ts = datetime(day.year, day.month, day.day, tzinfo=tz).timestamp() if day else None
     entries = [e for block in _blocks(lines) for e in _chunks(block, "note", ts)]
     return entries, start
