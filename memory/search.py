@@ -107,7 +107,10 @@ def resolve_path(workspace: Path, raw: object) -> Path:
         )
     if ".." in relative.parts:
         raise SearchPathError(f"{text!r}: '..' is not allowed")
-    resolved = (workspace / relative).resolve()
+    try:
+        resolved = (workspace / relative).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise SearchPathError(f"{text!r} cannot be resolved ({exc})") from exc
     if not is_inside(resolved, roots(workspace)):
         raise SearchPathError(f"{text!r} is outside memory/ and sessions/")
     if not resolved.is_file():

@@ -105,7 +105,7 @@ def scan(workspace: Path) -> dict[str, tuple[Source, os.stat_result]]:
                     if item.is_symlink() and not is_inside(Path(item.path).resolve(), allowed):
                         continue
                     stat = item.stat()
-                except OSError:
+                except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
                     continue
                 if S_ISREG(stat.st_mode):
                     relative = f"{folder}/{item.name}"

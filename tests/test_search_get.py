@@ -81,6 +81,7 @@ async def test_get_follows_a_search_hit_into_the_archive(search: MemorySearch) -
         "memory/link-out.md",
         "memory/dir-link/secret.md",
         "memory/nothing-here.md",
+        "memory/2026-02-02.md",
         "memory",
         "",
         "memory/HISTORY.md\x00",
@@ -95,8 +96,11 @@ async def test_get_refuses_paths_outside_memory_and_sessions(
     (search.workspace / "AGENTS.md").write_text("agents\n", encoding="utf-8")
     os.symlink(secret, search.workspace / "memory" / "link-out.md")
     os.symlink(tmp_path, search.workspace / "memory" / "dir-link")
+    loop = search.workspace / "memory" / "2026-02-02.md"
+    os.symlink(loop, loop)
     with pytest.raises(SearchPathError):
         await search.get(path, 1, 5)
+    assert await search.search("Kyoto")  # the index skips the loop and the links out
 
 
 async def test_get_allows_links_that_stay_inside(search: MemorySearch) -> None:
