@@ -20,10 +20,11 @@ from gateway.errors import LLMError, LLMStatusError
 from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIProvider
-from gateway.tools import ToolRegistry, WorkspaceFiles
+from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
 from memory.files import MemoryFiles
+from memory.search import MemorySearch, search_tools
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
 
@@ -120,6 +121,10 @@ async def open_runtime(
         tools = ToolRegistry()
         for tool in WorkspaceFiles(config.workspace).tools():
             tools.add(tool)
+        search = MemorySearch(config.workspace, config.tz)
+        stack.push_async_callback(search.aclose)
+        for name, description, parameters, run in search_tools(search):
+            tools.add(Tool(name, description, parameters, run))
         consolidator = Consolidator(
             sessions,
             memory,

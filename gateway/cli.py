@@ -31,6 +31,7 @@ from gateway.logs import configure_logging
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
 from memory.files import MEMORY_TEMPLATE, MemoryFiles
+from memory.search import MemorySearch, format_hits, terminal_progress
 
 EX_CONFIG = 78
 
@@ -173,6 +174,21 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return _restore(files, args.version)
     elif action == "consolidate":
         return asyncio.run(_consolidate(config, args.session, args.all))
+    elif action == "search":
+        return asyncio.run(_search(config, " ".join(args.query), args.limit, args.rebuild))
+    return 0
+
+
+async def _search(config: Config, query: str, limit: int, rebuild: bool) -> int:
+    """Print the best hits; the index is built or brought up to date first (progress on a tty)."""
+    search = MemorySearch(config.workspace, config.tz)
+    progress = terminal_progress(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        await (search.rebuild(progress) if rebuild else search.refresh(progress))
+        hits = await search.search(query, limit)
+    finally:
+        await search.aclose()
+    print(format_hits(hits, color=sys.stdout.isatty()) if hits else f"no matches for {query!r}")
     return 0
 
 
@@ -274,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     which = consolidate.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", metavar="KEY", help="one session, e.g. telegram:42")
     which.add_argument("--all", action="store_true", help="every live session")
+    search = actions.add_parser(
+        "search", help="search memory and past conversations", parents=[common]
+    )
+    search.add_argument("query", nargs="+", help='keywords; "quoted words" must appear together')
+    search.add_argument(
+        "-n", "--limit", type=int, default=10, metavar="N", help="most hits to show (default 10)"
+    )
+    search.add_argument("--rebuild", action="store_true", help="rebuild the index from the files")
     return parser
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gateway.bus import InboundMessage
 from memory.files import MemoryFiles
+from memory.search import SEARCH_PROMPT
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
 
@@ -88,7 +89,7 @@ class ContextBuilder:
         return text
 
     def _render(self, include_memory: bool) -> str:
-        parts = [IDENTITY.strip()]
+        parts = [IDENTITY.strip(), SEARCH_PROMPT]
         for name in BOOTSTRAP_FILES:
             path = self.workspace / name
             if path.is_file():

@@ -1,23 +1,10 @@
-"""A model turn that calls memory_search then memory_get gets real hits and lines from the files.
-
-WIRING GUARD: these tests skip while the gateway does not yet register the tools from
-`memory.search.search_tools()`. Once gateway/app.py wires them, delete `require_wiring` and its calls.
-"""
+"""A model turn that calls memory_search then memory_get gets real hits and lines from the files."""
 
 from __future__ import annotations
 
-import pytest
-
-from gateway.app import Runtime
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.test_search import line_of, write_corpus
-
-
-def require_wiring(runtime: Runtime) -> None:
-    """Skip until the lead registers memory_search/memory_get (remove after wiring)."""
-    if "memory_search" not in runtime.agent.tools.names():
-        pytest.skip("memory_search is not wired into the agent yet")
 
 
 def tool_results(request: dict) -> list[str]:
@@ -29,7 +16,6 @@ async def test_turn_searches_then_reads_the_lines(
 ) -> None:
     """memory_search returns the HISTORY.md hit; memory_get at that line returns the real line."""
     async with make_runtime() as runtime:
-        require_wiring(runtime)
         workspace = runtime.config.workspace
         await write_corpus(workspace)
         history = workspace / "memory" / "HISTORY.md"
@@ -62,7 +48,6 @@ async def test_consolidated_entry_is_found_by_the_next_search(
 ) -> None:
     """What consolidation appends to HISTORY.md is a memory_search hit on the next turn."""
     async with make_runtime({"memory": {"window": 4}}) as runtime:
-        require_wiring(runtime)
         for index in range(3):
             await runtime.agent.handle(inbound(f"the quetzal is a bird, note {index}"))
         await runtime.consolidator.wait_idle()

@@ -1,34 +1,15 @@
-"""`memgate memory search QUERY` as a person runs it: hits as path:line, date, kind and snippet.
-
-WIRING GUARD: this test skips while gateway/cli.py has no `memory search` subcommand. Once the lead
-adds it, delete `require_wiring` and its call.
-"""
+"""`memgate memory search QUERY` as a person runs it: hits as path:line, date, kind and snippet."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
-import pytest
-
-from gateway.cli import build_parser
 from tests.test_cli import memgate
 from tests.test_search import line_of, write_corpus
 
 
-def require_wiring() -> None:
-    """Skip until `memgate memory search` exists (remove after wiring)."""
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            build_parser().parse_args(["memory", "search", "x"])
-    except SystemExit:
-        pytest.skip("`memgate memory search` is not wired into the CLI yet")
-
-
 async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) -> None:
     """The first search builds .index/memory.db; hits print one per line; no match is not an error."""
-    require_wiring()
     home = tmp_path / "home"
     await memgate("init", home=home)
     workspace = home / "workspace"
