@@ -1,1 +1,4 @@
-"""Sessions, memory files, token counting and consolidation. Imports neither `gateway` nor `channels`."""
+"""Sessions, memory files, token counting, consolidation and search.
+
+Imports neither `gateway` nor `channels`; the model is reached through interfaces defined here.
+"""
