@@ -68,6 +68,7 @@ class AgentLoop:
         memory: MemoryFiles,
         counter: TokenCounter,
         tools: ToolRegistry,
+        group_tools: ToolRegistry | None = None,
         context: ContextBuilder,
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
@@ -78,6 +79,8 @@ class AgentLoop:
         self.memory = memory
         self.counter = counter
         self.tools = tools
+        # Groups whose memory is private get tools that cannot reach memory/ or sessions/.
+        self.group_tools = group_tools or tools
         self.context = context
         self.keeper = keeper
         self.observer = observer
@@ -194,9 +197,10 @@ class AgentLoop:
         await self.sessions.add_messages(session, [user])
 
         include_memory = not message.is_group or self.config.memory.groups == "shared"
+        tools = self.tools if include_memory else self.group_tools
         system = await self.context.system_prompt(include_memory=include_memory)
         current = {"role": "user", "content": self.context.user_content(message)}
-        schemas = self.tools.schemas()
+        schemas = tools.schemas()
         system_tokens = await self.counter.count_async(system) + MESSAGE_OVERHEAD
         fixed = system_tokens + self.counter.count_tools(schemas)
         fixed += self.counter.count_message(current)
@@ -220,7 +224,7 @@ class AgentLoop:
             current,
         ]
         try:
-            return await self._tool_loop(session, messages, schemas, stats)
+            return await self._tool_loop(session, messages, tools, stats)
         finally:
             if self.keeper is not None:
                 self.keeper.after_turn(session, system_tokens)
@@ -229,9 +233,10 @@ class AgentLoop:
         self,
         session: Session,
         messages: list[dict[str, Any]],
-        schemas: list[dict[str, Any]],
+        tools: ToolRegistry,
         stats: TurnStats,
     ) -> str | None:
+        schemas = tools.schemas()
         for _ in range(self.config.agent.max_iterations):
             called = time.monotonic()
             response = await self.provider.chat(messages, schemas)
@@ -249,7 +254,7 @@ class AgentLoop:
                         session, [{"role": "assistant", "content": content}]
                     )
                 return content or "(The model returned an empty answer.)"
-            step = await self._run_tools(response)
+            step = await self._run_tools(response, tools)
             messages.extend(step)
             stored = [_for_storage(m) for m in step]
             await self.sessions.add_messages(session, stored)
@@ -258,7 +263,7 @@ class AgentLoop:
             "Ask me to continue, or rephrase the request."
         )
 
-    async def _run_tools(self, response: ChatResponse) -> list[dict[str, Any]]:
+    async def _run_tools(self, response: ChatResponse, tools: ToolRegistry) -> list[dict[str, Any]]:
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.tool_calls
@@ -268,7 +273,7 @@ class AgentLoop:
         ]
         for call in response.tool_calls:
             log.debug("tool call name=%s", call.name)
-            output = await self.tools.execute(call.name, call.arguments)
+            output = await tools.execute(call.name, call.arguments)
             step.append(
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
             )

@@ -121,6 +121,9 @@ async def open_runtime(
         tools = ToolRegistry()
         for tool in WorkspaceFiles(config.workspace).tools():
             tools.add(tool)
+        group_tools = ToolRegistry()
+        for tool in WorkspaceFiles(config.workspace, hidden=("memory", "sessions")).tools():
+            group_tools.add(tool)
         search = MemorySearch(config.workspace, config.tz)
         stack.push_async_callback(search.aclose)
         for name, description, parameters, run in search_tools(search):
@@ -146,6 +149,7 @@ async def open_runtime(
             memory=memory,
             counter=counter,
             tools=tools,
+            group_tools=group_tools,
             context=ContextBuilder(config.workspace, memory, config.tz),
             keeper=consolidator,
             observer=metrics,

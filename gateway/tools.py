@@ -92,8 +92,11 @@ class ToolRegistry:
 class WorkspaceFiles:
     """read_file, write_file, edit_file and list_dir, confined to one directory."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, hidden: tuple[str, ...] = ()) -> None:
         self.root = workspace.resolve()
+        # Top-level directories this instance can neither read nor write (for group chats:
+        # the owner's memory and other conversations).
+        self.hidden = hidden
 
     def resolve(self, raw: Any, *, writing: bool = False) -> Path:
         if not isinstance(raw, str) or not raw.strip():
@@ -106,10 +109,11 @@ class WorkspaceFiles:
         resolved = candidate.resolve()
         if resolved != self.root and not resolved.is_relative_to(self.root):
             raise ToolError(f"{raw!r} is outside the workspace; only files under it are reachable")
-        if writing:
-            relative = resolved.relative_to(self.root)
-            if relative.parts and relative.parts[0] in _READ_ONLY_DIRS:
-                raise ToolError(f"{relative} is managed by memgate and cannot be written")
+        relative = resolved.relative_to(self.root)
+        if relative.parts and relative.parts[0] in self.hidden:
+            raise ToolError(f"{relative.parts[0]}/ is private and not available in this chat")
+        if writing and relative.parts and relative.parts[0] in _READ_ONLY_DIRS:
+            raise ToolError(f"{relative} is managed by memgate and cannot be written")
         return resolved
 
     def relative(self, path: Path) -> str:
@@ -155,6 +159,8 @@ class WorkspaceFiles:
         if not path.is_dir():
             raise ToolError(f"not a directory: {self.relative(path)}")
         entries = sorted(path.iterdir(), key=lambda p: p.name)
+        if path == self.root:
+            entries = [e for e in entries if e.name not in self.hidden]
         lines = [f"{e.name}/" if e.is_dir() else e.name for e in entries[:MAX_LIST_ENTRIES]]
         if len(entries) > MAX_LIST_ENTRIES:
             lines.append(f"[... {len(entries) - MAX_LIST_ENTRIES} more]")

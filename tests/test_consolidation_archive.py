@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gateway.app import Runtime
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, is_consolidation, tool_call
+from tests.fakes.llm import FakeLLM, is_consolidation, text, tool_call
 from tests.test_consolidation import conversation_lines, history_entries, markers, turns
 
 
@@ -124,3 +124,26 @@ async def test_archival_interrupted_by_sigkill_completes_on_next_start(
         await runtime.consolidator.wait_idle()
         assert markers(path) == [2]
         assert "blue door" in runtime.memory.read_history()
+
+
+async def test_private_group_tools_cannot_reach_memory_or_other_chats(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """In a group with private memory, file tools refuse memory/ and sessions/; search is absent."""
+    runtime.memory.memory_md.write_text("# Long-term Memory\n\nPRIVATE OWNER FACT\n")
+    await runtime.agent.handle(inbound("my private chat", chat_id="1"))
+    for index, path in enumerate(["memory/MEMORY.md", "sessions/test:1.jsonl", "./memory/x"]):
+        fake_llm.push(tool_call("read_file", {"path": path}, call_id=f"g{index}"))
+    fake_llm.push(tool_call("list_dir", {"path": "."}, call_id="g9"))
+    fake_llm.push(text("nothing to see"))
+    await runtime.agent.handle(inbound("read the owner's memory", "-100", is_group=True))
+    group_requests = [r for r in fake_llm.chat_requests() if "-100" in json.dumps(r["messages"])]
+    offered = {t["function"]["name"] for t in group_requests[0]["tools"]}
+    assert "memory_search" not in offered and "read_file" in offered
+    for request in group_requests:
+        assert "PRIVATE OWNER FACT" not in json.dumps(request)
+        assert "my private chat" not in json.dumps(request)
+    results = [m["content"] for m in group_requests[-1]["messages"] if m["role"] == "tool"]
+    assert all(r.startswith("Error:") and "private" in r for r in results[:3])
+    listing = results[3].splitlines()
+    assert "memory/" not in listing and "sessions/" not in listing and "media/" in listing
