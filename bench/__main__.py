@@ -1,0 +1,134 @@
+"""`python -m bench` (`make bench`): every figure for both systems, the table, the plot.
+
+Installs nanobot and matplotlib into the bench's own venvs if needed, starts the fake LLM, runs
+figures a-f, prints the Markdown report and writes docs/benchmarks.md and docs/benchmarks.png.
+`--quick` runs each figure once and writes nothing (a smoke test of the harness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench import figures, report
+from bench.fakellm import BenchLLM
+from bench.figures import Plan
+from bench.runner import Bench, System
+from bench.startup import startup
+from bench.venvs import NANOBOT_VENV, REPO, nanobot_python, package_version, tools_python
+from gateway import __version__
+from memory.tokens import TokenCounter
+
+DOCS = REPO / "docs"
+
+
+def notes(plan: Plan, minutes: float) -> list[str]:
+    """The method, as it belongs next to the figures."""
+    f = figures
+    return [
+        "- The fake LLM runs in a thread of the orchestrating process; each system runs in a fresh "
+        "subprocess of its own venv's interpreter per run, on a fresh workspace, and runs "
+        "alternate between the systems. Neither logs (memgate's INFO line and nanobot's loguru "
+        "output are off).",
+        "- memgate is built by `gateway.app.open_runtime` (as `memgate run` does) and messages go "
+        "to `AgentLoop.handle`, which channels call. nanobot is wired as its `nanobot gateway` "
+        "command does (its config loader, provider factory, SessionManager, CronService, "
+        "AgentLoop) and messages go through its MessageBus into `AgentLoop.run()`. Each keeps "
+        "its default concurrency: memgate `agent.max_concurrency` 8, nanobot "
+        "`NANOBOT_MAX_CONCURRENT_REQUESTS` 3. Both use gpt-4o-mini's settings with a 128,000-token "
+        "window and max_tokens 4,096 unless said otherwise.",
+        "- a: every chat sends its 20 messages one after another, all chats at once, after 3 "
+        "warm-up turns; the single chat is played 5 times (fresh chat each time) so that its "
+        "p99 rests on 100 turns. Latency is the whole turn including the LLM round trip over "
+        "loopback; the first row is that round trip alone (the system's own provider calling "
+        "the fake), the floor under every turn. The p99 target is judged on 1 chat, where "
+        "latency is not queueing behind other chats.",
+        f"- b: the session file is written by each system's own session store, all but the last "
+        f"10 messages marked consolidated; a fresh process then takes 3 warm-up turns on another "
+        f"chat, one first turn on this chat (which loads the file) and {f.TIMED_TURNS} timed "
+        f"turns.",
+        f"- c: memgate with `memory.window: {f.MEMGATE_WINDOW}`. nanobot 0.1.4.post6 has no "
+        f"message window; it consolidates when its token estimate reaches its budget, so its "
+        f"context window is set to its own fixed prompt + max_tokens + 1024 + "
+        f"{f.NANOBOT_MARGIN} tokens. The fake holds the first consolidation call "
+        f"{f.HOLD_SECONDS:.0f} s; the next turn of the same chat is timed against the median of "
+        f"the chat's earlier turns (the first left out).",
+        "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (nanobot streams its reply, "
+        "memgate does not), after one untimed run that creates the workspace files.",
+        f"- e: `ru_maxrss` of the driver process, which imports the system and its CLI module; "
+        f"16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}.",
+        f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
+        f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
+        f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "
+        f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base.",
+        f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
+        f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
+        f"whole bench took {minutes:.1f} minutes.",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
+    args = parser.parse_args()
+    plan = Plan(1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
+    started = time.monotonic()
+    load_start = os.getloadavg()[0]
+    nanobot_py, tools_py = nanobot_python(), tools_python()
+    versions = {
+        "memgate": __version__,
+        "nanobot": package_version(nanobot_py, "nanobot-ai"),
+        "openai": package_version(nanobot_py, "openai"),
+    }
+    systems = [
+        System(
+            "memgate",
+            REPO / ".venv" / "bin" / "python",
+            "bench.memgate_driver",
+            REPO / ".venv" / "bin" / "memgate",
+        ),
+        System("nanobot", nanobot_py, "bench.nanobot_driver", NANOBOT_VENV / "bin" / "nanobot"),
+    ]
+    llm = BenchLLM()
+    llm.start()
+    bench = Bench(llm)
+    os.environ["TIKTOKEN_CACHE_DIR"] = bench.env["TIKTOKEN_CACHE_DIR"]  # the counter of figure f
+    try:
+        print("a. overhead per turn", flush=True)
+        rows = figures.overhead(bench, systems, plan.overhead)
+        print("b. stored history", flush=True)
+        history_rows, history_plot = figures.history(bench, systems, plan.history)
+        print("c. held consolidation", flush=True)
+        rows += history_rows + figures.held(bench, systems, plan.held)
+        print("d. start to first reply", flush=True)
+        rows += startup(bench, systems, plan.startup)
+        print("e. peak RSS", flush=True)
+        rows += figures.rss(bench, systems, plan)
+        print("f. prompt tokens", flush=True)
+        prompt_rows, prompt_plot = figures.prompts(
+            bench, systems, plan.prompts, TokenCounter("gpt-4o-mini")
+        )
+        rows += prompt_rows
+        data = bench.scratch / "plot.json"
+        data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))
+        png = (DOCS if not args.quick else bench.scratch) / "benchmarks.png"
+        subprocess.run(
+            [str(tools_py), "-m", "bench.plot", str(data), str(png)], cwd=REPO, check=True
+        )
+    finally:
+        bench.close()
+        llm.stop()
+    versions["load"] = f"{load_start:.2f} / {os.getloadavg()[0]:.2f}"
+    text = report.render(rows, versions, notes(plan, (time.monotonic() - started) / 60))
+    print(text)
+    if not args.quick:
+        (DOCS / "benchmarks.md").write_text(text, encoding="utf-8")
+        print(f"wrote {DOCS / 'benchmarks.md'} and {DOCS / 'benchmarks.png'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

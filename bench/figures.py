@@ -1,0 +1,291 @@
+"""Figures a, b, c, e and f: runs each system's driver several times and turns results into rows.
+
+Runs alternate between the systems (memgate, nanobot, memgate, …) so that drift on the machine
+lands on both. Every run is a fresh process with a fresh workspace.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.runner import Bench, System
+from bench.stats import Row, percentile
+from tests.fakes.llm import is_consolidation
+
+SESSIONS = (1, 10, 100)
+TURNS_PER_SESSION = 20
+SIZES = (10, 1_000, 10_000, 100_000)
+TIMED_TURNS = 5
+HOLD_SECONDS = 5.0
+MEMGATE_WINDOW = 10  # consolidation after 5 turns
+NANOBOT_MARGIN = 650  # tokens over its fixed prompt: consolidation after about 5 turns
+RSS_SESSIONS = (1_000, 10_000)
+LONG_TURNS = 300
+LONG_WINDOW = 16_384
+LONG_MAX_TOKENS = 2_048
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many runs each figure gets (the full bench must stay under ~15 minutes)."""
+
+    overhead: int = 3
+    history: int = 3
+    held: int = 3
+    startup: int = 5
+    rss_small: int = 3
+    rss_large: int = 2
+    prompts: int = 2
+
+
+def repeat(
+    bench: Bench, systems: list[System], runs: int, figure: str, params: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """`runs` results per system, alternating systems, with the fake's counts reset each time."""
+    results: dict[str, list[Any]] = {s.name: [] for s in systems}
+    for number in range(runs):
+        for system in systems:
+            print(f"  {figure} {system.name} run {number + 1}/{runs}", flush=True)
+            bench.llm.reset(keep_requests=figure == "prompts")
+            result = bench.drive(system, figure, params)
+            if figure == "prompts":
+                result["requests"] = bench.llm.requests()
+            results[system.name].append(result)
+    return results
+
+
+def row_maker(figure: str, results: dict[str, list[Any]]) -> Callable[..., Row]:
+    """`row(key, metric, unit, pick, digits)`: a Row of `figure` with `pick(result)` per run."""
+
+    def row(key: str, metric: str, unit: str, pick: Callable[[Any], float], digits: int = 1) -> Row:
+        values = {name: [float(pick(r)) for r in runs] for name, runs in results.items()}
+        return Row(key, figure, metric, unit, values["memgate"], values["nanobot"], digits)
+
+    return row
+
+
+def overhead(bench: Bench, systems: list[System], runs: int) -> list[Row]:
+    """a. Per-turn latency (p50, p99) and turns/s with an instant LLM, 1/10/100 chats of 20 turns.
+
+    The single chat is played 5 times in a row (fresh chat each time) so its p99 rests on 100
+    turns rather than being the maximum of 20.
+    """
+    params = {"sessions": list(SESSIONS), "turns": TURNS_PER_SESSION, "rounds": {"1": 5}}
+    row = row_maker("a", repeat(bench, systems, runs, "overhead", params))
+    rows = [
+        row("a.floor", "LLM round trip alone, p50", "ms", lambda r: percentile(r["floor"], 50), 2)
+    ]
+    for n in SESSIONS:
+        chats = f"{n} concurrent chat{'s' if n > 1 else ''}"
+
+        def level(r: Any, n: int = n) -> dict[str, Any]:
+            return r[str(n)]
+
+        rows += [
+            row(
+                f"a.p50.{n}",
+                f"turn latency p50, {chats}",
+                "ms",
+                lambda r, f=level: percentile(f(r)["latencies_ms"], 50),
+                2,
+            ),
+            row(
+                f"a.p99.{n}",
+                f"turn latency p99, {chats}",
+                "ms",
+                lambda r, f=level: percentile(f(r)["latencies_ms"], 99),
+                2,
+            ),
+            row(
+                f"a.tps.{n}",
+                f"turns/s, {chats}",
+                "turns/s",
+                lambda r, f=level: len(f(r)["latencies_ms"]) / f(r)["wall_s"],
+                0,
+            ),
+        ]
+    return rows
+
+
+def history(bench: Bench, systems: list[System], runs: int) -> tuple[list[Row], dict[str, Any]]:
+    """b. One turn's cost when the chat's file already holds N messages (10 not consolidated)."""
+    params = {"sizes": list(SIZES), "turns": TIMED_TURNS}
+    results = repeat(bench, systems, runs, "history", params)
+    row = row_maker("b", results)
+    rows = [
+        row(
+            f"b.turn.{n}",
+            f"turn latency, {n:,} stored messages (median of {TIMED_TURNS})",
+            "ms",
+            lambda r, k=str(n): statistics.median(r[k]["turn_ms"]),
+            2,
+        )
+        for n in SIZES
+    ]
+    rows += [
+        row(
+            f"b.cold.{n}",
+            f"first turn after start, {n:,} stored messages (loads the file)",
+            "ms",
+            lambda r, k=str(n): r[k]["cold_ms"],
+        )
+        for n in SIZES
+    ]
+    plot = {
+        name: {
+            "sizes": list(SIZES),
+            "median_ms": [
+                statistics.median(statistics.median(r[str(n)]["turn_ms"]) for r in runs_)
+                for n in SIZES
+            ],
+        }
+        for name, runs_ in results.items()
+    }
+    return rows, plot
+
+
+def held(bench: Bench, systems: list[System], runs: int) -> list[Row]:
+    """c. Reply latency while the chat's consolidation call is held 5 s, against no consolidation."""
+    params = {
+        "hold": HOLD_SECONDS,
+        "window": MEMGATE_WINDOW,
+        "margin": NANOBOT_MARGIN,
+        "max_tokens": 4096,
+    }
+    row = row_maker("c", repeat(bench, systems, runs, "held", params))
+    return [
+        row(
+            "c.idle",
+            "reply latency, no consolidation running (median of the chat's turns)",
+            "ms",
+            lambda r: statistics.median(r["idle_ms"]),
+        ),
+        row(
+            "c.held",
+            f"reply latency, consolidation call held {HOLD_SECONDS:.0f} s",
+            "ms",
+            lambda r: r["held_ms"],
+        ),
+        row(
+            "c.ratio",
+            "held ÷ not held",
+            "×",
+            lambda r: r["held_ms"] / statistics.median(r["idle_ms"]),
+            2,
+        ),
+        row("c.turn", "turn whose consolidation was held", "turn", lambda r: r["trigger_turn"], 0),
+    ]
+
+
+def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
+    """e. Peak RSS (ru_maxrss) of a fresh process after N chats have each had one turn."""
+    rows = []
+    for n, runs in zip(RSS_SESSIONS, (plan.rss_small, plan.rss_large), strict=True):
+        row = row_maker("e", repeat(bench, systems, runs, "rss", {"sessions": n}))
+        if n == RSS_SESSIONS[0]:
+            rows.append(
+                row(
+                    "e.start",
+                    "peak RSS after start and 3 warm-up turns",
+                    "MB",
+                    lambda r: r["startup_mb"],
+                )
+            )
+        rows.append(
+            row(
+                f"e.rss.{n}",
+                f"peak RSS after {n:,} chats had one turn each",
+                "MB",
+                lambda r: r["peak_mb"],
+            )
+        )
+        rows.append(
+            row(
+                f"e.wall.{n}",
+                f"time for those {n:,} turns (16 at a time)",
+                "s",
+                lambda r: r["wall_s"],
+            )
+        )
+    return rows
+
+
+def prompts(
+    bench: Bench, systems: list[System], runs: int, counter: Any
+) -> tuple[list[Row], dict[str, Any]]:
+    """f. Prompt tokens per turn over a 300-turn chat, same context window; consolidation calls.
+
+    Prompts are counted at the fake, the same way for both systems: every message's text with the
+    model's tokenizer (o200k_base for gpt-4o-mini) plus 4 per message, plus the tool schemas.
+    """
+    params = {"turns": LONG_TURNS, "context_window": LONG_WINDOW, "max_tokens": LONG_MAX_TOKENS}
+    results = repeat(bench, systems, runs, "prompts", params)
+    for runs_ in results.values():
+        for result in runs_:
+            requests = result.pop("requests")
+            chat = [r for r in requests if not is_consolidation(r)]
+            consolidation = [r for r in requests if is_consolidation(r)]
+            result["prompt_tokens"] = [_prompt_tokens(r, counter) for r in chat]
+            result["consolidation_calls"] = len(consolidation)
+            result["consolidation_tokens"] = sum(_prompt_tokens(r, counter) for r in consolidation)
+    budget = LONG_WINDOW - LONG_MAX_TOKENS - 1024
+    row = row_maker("f", results)
+    rows = [
+        row(
+            "f.mean",
+            f"prompt tokens per turn, mean of {LONG_TURNS} turns",
+            "tokens",
+            lambda r: statistics.mean(r["prompt_tokens"]),
+            0,
+        ),
+        row(
+            "f.max",
+            f"prompt tokens per turn, max (budget {budget:,})",
+            "tokens",
+            lambda r: max(r["prompt_tokens"]),
+            0,
+        ),
+        row(
+            "f.over",
+            "turns whose prompt exceeded the budget",
+            "turns",
+            lambda r: sum(t > budget for t in r["prompt_tokens"]),
+            0,
+        ),
+        row(
+            "f.calls",
+            "LLM calls spent on consolidation",
+            "calls",
+            lambda r: r["consolidation_calls"],
+            0,
+        ),
+        row(
+            "f.ctokens",
+            "prompt tokens spent on consolidation",
+            "tokens",
+            lambda r: r["consolidation_tokens"],
+            0,
+        ),
+        row(
+            "f.total",
+            f"all prompt tokens of the {LONG_TURNS} turns (chat + consolidation)",
+            "tokens",
+            lambda r: sum(r["prompt_tokens"]) + r["consolidation_tokens"],
+            0,
+        ),
+    ]
+    plot = {
+        "budget": budget,
+        **{name: runs_[0]["prompt_tokens"] for name, runs_ in results.items()},
+    }
+    return rows, plot
+
+
+def _prompt_tokens(body: dict[str, Any], counter: Any) -> int:
+    messages = body.get("messages") or []
+    return sum(counter.count_message(m) for m in messages) + counter.count_tools(
+        body.get("tools") or []
+    )

@@ -1,0 +1,127 @@
+"""Drives memgate in-process for each figure; run by memgate's venv as `python -m bench.memgate_driver`.
+
+memgate is built exactly as `memgate run` builds it (`gateway.app.open_runtime`) and every message
+goes through `AgentLoop.handle`, the entry point its channels call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import gateway.cli  # noqa: F401  (a real memgate process has its CLI loaded; counts in figure e)
+from bench import workloads
+from bench.configs import memgate_config
+from bench.protocol import FakeControl, Run, rss_mb, run_driver
+from bench.workloads import Ask
+from gateway.app import Runtime, open_runtime
+from gateway.bus import InboundMessage
+from gateway.config import parse_config
+from gateway.templates import WORKSPACE_FILES
+from memory.sessions import SessionStore
+
+
+def _workspace(root: Path) -> Path:
+    """A workspace as `memgate init` leaves it (its bootstrap files are in every prompt)."""
+    workspace = root / "workspace"
+    workspace.mkdir(parents=True)
+    for name, text in WORKSPACE_FILES.items():
+        (workspace / name).write_text(text, encoding="utf-8")
+    return workspace
+
+
+@asynccontextmanager
+async def memgate(run: Run, name: str, **config: Any) -> AsyncIterator[tuple[Runtime, Ask]]:
+    """A memgate runtime on a fresh workspace under `run.workdir/name`, and its `ask`."""
+    root = run.workdir / name
+    workspace = root / "workspace" if (root / "workspace").exists() else _workspace(root)
+    raw = memgate_config(workspace, run.llm, **config)
+    async with open_runtime(parse_config(raw, root / "config.yaml", env={})) as runtime:
+
+        async def ask(chat_id: str, text: str) -> str:
+            reply = await runtime.agent.handle(InboundMessage("bench", chat_id, "user", text))
+            return reply.text if reply is not None else ""
+
+        yield runtime, ask
+
+
+async def overhead(run: Run) -> dict[str, Any]:
+    """Figure a: per-turn latency and throughput for 1, 10 and 100 concurrent chats.
+
+    `floor` is the LLM round trip alone: the same fake answering through this system's provider.
+    """
+    async with memgate(run, "floor") as (runtime, ask):
+        await workloads.warm_up(ask)
+
+        async def call(text: str) -> None:
+            await runtime.provider.chat([{"role": "user", "content": text}])
+
+        results: dict[str, Any] = {"floor": await workloads.round_trips(call, 100)}
+    for sessions in run.params["sessions"]:
+        async with memgate(run, f"a{sessions}") as (_, ask):
+            await workloads.warm_up(ask)
+            rounds = run.params.get("rounds", {}).get(str(sessions), 1)
+            results[str(sessions)] = await workloads.concurrent_chats(
+                ask, sessions, run.params["turns"], rounds
+            )
+    return results
+
+
+async def history(run: Run) -> dict[str, Any]:
+    """Figure b: turn latency on a chat whose file already holds N messages (all but 10 consolidated)."""
+    results = {}
+    for count in run.params["sizes"]:
+        name = f"b{count}"
+        await _prewrite(_workspace(run.workdir / name), "bench:hist", count)
+        async with memgate(run, name) as (_, ask):
+            await workloads.warm_up(ask)
+            cold = await workloads.timed_turns(ask, "hist", 1, count)
+            warm = await workloads.timed_turns(ask, "hist", run.params["turns"], count + 1)
+        results[str(count)] = {"cold_ms": cold[0], "turn_ms": warm}
+    return results
+
+
+async def _prewrite(workspace: Path, key: str, count: int) -> None:
+    """Write the session file through memgate's own store: N messages, then the pointer marker."""
+    store = SessionStore(workspace / "sessions", UTC)
+    session = await store.get(key)
+    await store.append(session, workloads.history_messages(count))
+    await store.mark_consolidated(session, max(0, count - 10))
+
+
+async def held(run: Run) -> dict[str, Any]:
+    """Figure c: reply latency while this chat's consolidation call is held at the fake."""
+    control = FakeControl(run.llm)
+    memory = {"window": run.params["window"]}
+    async with memgate(run, "c", memory=memory) as (_, ask):
+        await workloads.warm_up(ask)
+        return await workloads.until_held(ask, control, run.params["hold"], max_turns=40)
+
+
+async def rss(run: Run) -> dict[str, Any]:
+    """Figure e: peak RSS of this process after N chats have each had one turn."""
+    async with memgate(run, "e") as (_, ask):
+        await workloads.warm_up(ask)
+        started_mb = rss_mb()
+        wall = await workloads.one_turn_each(ask, run.params["sessions"])
+        return {"startup_mb": started_mb, "peak_mb": rss_mb(), "wall_s": wall}
+
+
+async def prompts(run: Run) -> dict[str, Any]:
+    """Figure f: a long chat; the orchestrator counts the prompts at the fake afterwards."""
+    window, max_tokens = run.params["context_window"], run.params["max_tokens"]
+    async with memgate(run, "f", context_window=window, max_tokens=max_tokens) as (rt, ask):
+        wall = await workloads.long_chat(ask, run.params["turns"])
+        await rt.consolidator.wait_idle()
+        return {"wall_s": wall, "budget": rt.config.llm.budget}
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    run_driver(
+        {"overhead": overhead, "history": history, "held": held, "rss": rss, "prompts": prompts}
+    )
