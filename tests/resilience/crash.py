@@ -1,0 +1,271 @@
+"""The crash run: `memgate run` SIGKILLed at random moments while twenty chats keep writing.
+
+Shared by tests/resilience/test_crash.py (20 kills) and bench/soak.py (as many as asked). Every
+random choice comes from a seeded generator, printed first, so a failing run can be replayed with
+the same choices (the timing of the processes still varies). After the last restart the run stops
+cleanly and checks what is on disk against what the fake Bot API delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory.files import MEMORY_TEMPLATE
+from tests.fakes.llm import FakeLLM, consolidation_reply, is_consolidation, last_user_text, text
+from tests.fakes.telegram_api import FakeTelegram
+from tests.resilience.harness import Gateway, SessionFile, read_session, session_paths, until
+
+FIRST_CHAT = 101
+_TEXT = re.compile(r"c(\d+)-m(\d+)")
+
+
+@dataclass
+class CrashReport:
+    """What a crash run did and found; `problems` lists every broken promise."""
+
+    seed: int
+    kills: int = 0
+    kills_before_ready: int = 0
+    starts: int = 0
+    redeliveries: int = 0
+    messages: int = 0  # user texts pushed to the fake Bot API
+    resets: int = 0  # /new commands pushed
+    replies: int = 0  # answers delivered by sendMessage
+    stored: int = 0  # distinct user texts found in the session files
+    unanswered: int = 0  # stored, but the process died before the answer went out
+    lost: list[str] = field(default_factory=list)  # pushed, never stored
+    memory_checks: int = 0
+    memory_versions: int = 0
+    consolidations: int = 0  # consolidation markers in the session files
+    archives: int = 0
+    torn_tails: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"seed={self.seed} kills={self.kills} (before ready: {self.kills_before_ready}) "
+            f"starts={self.starts} redeliveries={self.redeliveries} messages={self.messages} "
+            f"resets={self.resets} replies={self.replies} stored={self.stored} "
+            f"unanswered_after_kill={self.unanswered} lost={len(self.lost)} "
+            f"memory_checks={self.memory_checks} memory_versions={self.memory_versions} "
+            f"consolidations={self.consolidations} archives={self.archives} "
+            f"torn_tails={self.torn_tails} problems={len(self.problems)}"
+        )
+
+
+class ScriptedModel:
+    """The fake LLM's answers for the run: an echo naming the message, well-formed consolidations.
+
+    Every MEMORY.md text the model hands out is remembered, so a check can tell a whole file from a
+    partial one: MEMORY.md must always equal the template or one of these, byte for byte.
+    """
+
+    def __init__(self) -> None:
+        self.memory_texts = {MEMORY_TEMPLATE}
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not is_consolidation(body):
+            return text(f"echo: {last_user_text(body)}")
+        reply = consolidation_reply(body)
+        arguments = json.loads(reply["tool_calls"][0]["arguments"])
+        if "memory_update" in arguments:
+            self.memory_texts.add(arguments["memory_update"])
+        return reply
+
+
+def check_memory(workspace: Path, model: ScriptedModel, report: CrashReport, when: str) -> None:
+    """MEMORY.md exists once created, and is never empty, partial or foreign."""
+    path = workspace / "memory" / "MEMORY.md"
+    report.memory_checks += 1
+    if not path.exists():
+        if report.memory_checks > 1 and report.starts > 1:
+            report.problems.append(f"{when}: MEMORY.md is missing")
+        return
+    data = path.read_bytes()
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        report.problems.append(f"{when}: MEMORY.md is not UTF-8")
+        return
+    if content not in model.memory_texts:
+        report.problems.append(f"{when}: MEMORY.md is empty or partial ({len(data)} bytes)")
+
+
+async def crash_run(
+    root: Path,
+    llm: FakeLLM,
+    telegram: FakeTelegram,
+    *,
+    kills: int = 20,
+    chats: int = 20,
+    seed: int | None = None,
+    env: dict[str, str] | None = None,
+    say: Callable[[str], None] = print,
+) -> CrashReport:
+    """Drive `chats` chats while killing `memgate run` `kills` times; then check everything."""
+    seed = random.randrange(2**32) if seed is None else seed
+    say(f"crash run: seed={seed} kills={kills} chats={chats} (replay with this seed)")
+    report = CrashReport(seed)
+    model = ScriptedModel()
+    llm.default = model
+    gateway = Gateway(
+        root,
+        llm,
+        telegram,
+        {
+            "memory": {"window": 6, "workers": 2},
+            "channels": {"telegram": {"allow_from": ["*"]}},
+            "shutdown_grace": 1,
+        },
+        env or {},
+    )
+    pushed: list[str] = []
+    resets: Counter[int] = Counter()
+    driving = asyncio.Event()
+    driving.set()
+
+    async def drive(rng: random.Random) -> None:
+        number = 0
+        while driving.is_set():
+            chat = FIRST_CHAT + rng.randrange(chats)
+            if rng.random() < 0.03:
+                telegram.message("/new", chat_id=chat, user_id=chat)
+                resets[chat] += 1
+            else:
+                message = f"c{chat}-m{number}"
+                telegram.message(message, chat_id=chat, user_id=chat)
+                pushed.append(message)
+                number += 1
+            await asyncio.sleep(rng.uniform(0.01, 0.12))
+
+    killer = random.Random(seed)
+    driver = asyncio.create_task(drive(random.Random(seed + 1)))
+    try:
+        for cycle in range(1, kills + 1):
+            llm.delay = killer.uniform(0.0, 0.3)
+            await gateway.start(ready=False)
+            if killer.random() < 0.2:
+                await asyncio.sleep(killer.uniform(0.0, 1.5))  # in start-up or recovery
+                report.kills_before_ready += 1
+            else:
+                await gateway.wait_ready()
+                await asyncio.sleep(killer.uniform(0.1, 2.0))
+            await gateway.kill()
+            report.kills += 1
+            check_memory(gateway.workspace, model, report, f"after kill {cycle}")
+            if killer.random() < 0.5:
+                telegram.redeliver()  # as if Telegram never heard the last offset
+                report.redeliveries += 1
+        driving.clear()
+        await driver
+        llm.delay = 0.0
+        await gateway.start()
+        finals = []
+        for chat in range(FIRST_CHAT, FIRST_CHAT + chats):
+            finals.append(f"c{chat}-final")
+            telegram.message(finals[-1], chat_id=chat, user_id=chat)
+        delivered = lambda: {p.get("plain") for p in telegram.sent()}  # noqa: E731
+        await until(
+            lambda: all(f"echo: {f}" in delivered() for f in finals), 90, "the final answers"
+        )
+        status = await gateway.stop()
+        if status != 0:
+            report.problems.append(f"the final SIGTERM exited {status}")
+        check_memory(gateway.workspace, model, report, "at the end")
+    finally:
+        driving.clear()
+        if not driver.done():
+            driver.cancel()
+        await gateway.close()
+    report.starts = gateway.starts
+    report.messages = len(pushed)
+    report.resets = sum(resets.values())
+    report.memory_versions = len(model.memory_texts)
+    audit(gateway.workspace, telegram, pushed, resets, report)
+    say(f"crash run: {report.summary()}")
+    for problem in report.problems[:20]:
+        say(f"  problem: {problem}")
+    return report
+
+
+def audit(
+    workspace: Path,
+    telegram: FakeTelegram,
+    pushed: list[str],
+    resets: Counter[int],
+    report: CrashReport,
+) -> None:
+    """Compare the session files with what was pushed and what the fake Bot API delivered."""
+    sessions: list[SessionFile] = []
+    for path in session_paths(workspace):
+        try:
+            sessions.append(read_session(path))
+        except ValueError as exc:
+            report.problems.append(f"session file does not parse: {exc}")
+    report.archives = sum(1 for s in sessions if s.path.parent.name == "archive")
+    report.torn_tails = sum(1 for s in sessions if s.torn)
+    stored: Counter[str] = Counter()
+    answered_in_file: set[str] = set()
+    for session in sessions:
+        messages = session.messages
+        numbers = []
+        for index, message in enumerate(messages):
+            if message["role"] != "user":
+                continue
+            content = str(message.get("content"))
+            stored[content] += 1
+            if match := _TEXT.fullmatch(content):
+                numbers.append(int(match.group(2)))
+            following = messages[index + 1] if index + 1 < len(messages) else {}
+            if following.get("role") == "assistant" and following.get("content") == (
+                f"echo: {content}"
+            ):
+                answered_in_file.add(content)
+        if numbers != sorted(numbers):
+            report.problems.append(f"{session.path.name}: user messages out of order")
+        markers = [r for r in session.records if r.get("_type") == "consolidated"]
+        report.consolidations += len(markers)
+        if any(r["last_consolidated"] > len(messages) for r in markers):
+            report.problems.append(f"{session.path.name}: a marker points past the messages")
+    history = workspace / "memory" / "HISTORY.md"
+    entries = 0
+    if history.exists():
+        try:
+            body = history.read_bytes().decode("utf-8")
+            entries = body.count(" Summary of ") + body.count(" [RAW] ")
+        except UnicodeDecodeError:
+            report.problems.append("HISTORY.md is not UTF-8")
+    if entries < report.consolidations:
+        report.problems.append(
+            f"HISTORY.md has {entries} entries for {report.consolidations} consolidation markers"
+        )
+
+    replies = [str(p.get("plain", p.get("text"))) for p in telegram.sent()]
+    answers = [r.removeprefix("echo: ") for r in replies if r.startswith("echo: ")]
+    report.replies = len(answers)
+    for answer, count in Counter(answers).items():
+        if count > 1:
+            report.problems.append(f"{answer!r} was answered {count} times")
+    for answer in set(answers) - answered_in_file:
+        report.problems.append(f"{answer!r} was answered but its lines are not in a session")
+    for content, count in stored.items():
+        if count > 1 and content != "/new":
+            report.problems.append(f"{content!r} is stored {count} times")
+    new_replies = Counter(
+        p["chat_id"] for p in telegram.sent() if p.get("plain") == "New session started."
+    )
+    for chat, count in new_replies.items():
+        if count > resets[chat]:
+            report.problems.append(f"chat {chat}: {count} /new answers for {resets[chat]} /new")
+    everything = set(pushed) | {f"c{c}-final" for c in range(FIRST_CHAT, FIRST_CHAT + 1000)}
+    report.stored = len(set(stored) & everything)
+    report.unanswered = len((set(stored) & set(pushed)) - set(answers))
+    report.lost = [message for message in pushed if message not in stored]

@@ -1,0 +1,322 @@
+"""Properties checked with hypothesis: session file names, torn files, the workspace jail, splitting
+and the Telegram renderer. These extend tests/test_sessions.py and tests/test_telegram_html.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import tempfile
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from channels.base import split_message, text_length, utf16_length
+from channels.telegram_html import render_html, render_pieces
+from gateway.tools import ToolError, ToolRegistry, WorkspaceFiles
+from memory.sessions import SessionStore, file_name, key_from_file_name, parse_session_bytes
+from tests.fakes.telegram_api import parse_html
+
+# -- session file names -------------------------------------------------------------------------
+keys = st.one_of(
+    st.text(min_size=1, max_size=50),
+    st.from_regex(r"(telegram|discord|terminal):-?[0-9]{1,20}(:topic:[0-9]{1,9})?", fullmatch=True),
+    st.text(alphabet="%/:.\x00\x01\x1f\x7f2FA05", min_size=1, max_size=12),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(keys, min_size=1, max_size=12, unique=True))
+def test_session_file_names_are_safe_distinct_and_found_again(batch: list[str]) -> None:
+    """Key file names are safe, distinct, inside sessions/ and listed back as the keys."""
+    names = [file_name(key) for key in batch]
+    assert len(set(names)) == len(names)
+    for key, name in zip(batch, names, strict=True):
+        assert key_from_file_name(name) == key
+        assert not re.search(r"[/\x00-\x1f\x7f]", name)
+        assert name not in (".", "..") and name.endswith(".jsonl")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SessionStore(Path(tmp), UTC)
+        for key in batch:
+            path = store.path_for(key)
+            assert path.parent == Path(tmp)
+            path.write_text("")
+        assert sorted(store.keys()) == sorted(batch)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(min_size=1, max_size=30))
+def test_escaped_names_decode_to_keys_containing_percent(key: str) -> None:
+    """A key that itself looks escaped (`%2F`) keeps its literal text through the round trip."""
+    literal = f"%2F{key}%25"
+    assert key_from_file_name(file_name(literal)) == literal
+
+
+# -- torn and corrupt session files --------------------------------------------------------------
+message_text = st.text(max_size=120)
+records = st.lists(
+    st.one_of(
+        st.builds(lambda c: {"role": "user", "content": c}, message_text),
+        st.builds(lambda c: {"role": "assistant", "content": c}, message_text),
+        st.just({"_marker": True}),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+async def _write(root: Path, items: list[dict[str, Any]]) -> bytes:
+    store = SessionStore(root, UTC)
+    session = await store.get("t:1")
+    for item in items:
+        if item.get("_marker"):
+            await store.mark_consolidated(session, len(session.messages))
+        else:
+            await store.add_messages(session, [item])
+    return store.path_for("t:1").read_bytes()
+
+
+def _wire(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in messages]
+
+
+@settings(max_examples=120, deadline=None)
+@given(records, st.integers(min_value=0), st.lists(message_text, min_size=1, max_size=3))
+def test_any_truncation_loads_a_prefix_and_the_next_append_repairs_it(
+    items: list[dict[str, Any]], cut: int, later: list[str]
+) -> None:
+    """A file cut at any byte loads as a prefix, and the next append repairs it."""
+
+    async def scenario(root: Path) -> None:
+        data = await _write(root, items)
+        full = parse_session_bytes(data)
+        path = root / file_name("t:1")
+        path.write_bytes(data[: cut % (len(data) + 1)])
+        store = SessionStore(root, UTC)
+        session = await store.get("t:1")
+        prefix = _wire(session.messages)
+        assert prefix == _wire(full.messages)[: len(prefix)]
+        assert session.last_consolidated <= full.last_consolidated
+        await store.add_messages(session, [{"role": "user", "content": c} for c in later])
+        repaired = path.read_bytes()
+        assert repaired.endswith(b"\n")
+        lines = [json.loads(line) for line in repaired.splitlines()]
+        assert lines[0]["_type"] == "metadata"
+        reloaded = await SessionStore(root, UTC).get("t:1")
+        assert _wire(reloaded.messages) == prefix + [("user", c) for c in later]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(scenario(Path(tmp)))
+
+
+@settings(max_examples=120, deadline=None)
+@given(records, st.integers(min_value=0), st.binary(min_size=1, max_size=40))
+def test_a_corrupt_line_anywhere_costs_only_itself(
+    items: list[dict[str, Any]], where: int, garbage: bytes
+) -> None:
+    """A garbled line inserted between any two lines is skipped; every real message survives."""
+    garbage = b"\xff" + garbage.replace(b"\n", b" ")
+    try:
+        assume(not isinstance(json.loads(garbage), dict))
+    except ValueError:
+        pass
+    with tempfile.TemporaryDirectory() as tmp:
+        data = asyncio.run(_write(Path(tmp), items))
+    lines = data.splitlines(keepends=True)
+    at = 1 + where % len(lines)  # after the metadata line
+    damaged = b"".join([*lines[:at], garbage + b"\n", *lines[at:]])
+    assert _wire(parse_session_bytes(damaged).messages) == _wire(parse_session_bytes(data).messages)
+
+
+# -- the workspace jail --------------------------------------------------------------------------
+SECRET = "OUTSIDE-SECRET-7c1e"
+ATOMS = [
+    "..", ".", "", "~", "~root", "in_link", "out_link", "out_file_link", "loop", "dangling_out",
+    "etc_link", "notes", "up", "upup", "sessions", ".state", "memory", "MEMORY.md", "sub",
+    "new.md", "%2e%2e", "...", "..\\..", " .. ", "passwd", "t:1.jsonl",
+]  # fmt: skip
+
+
+def _jail(root: Path) -> tuple[Path, Path]:
+    """A workspace full of symlinks, in and out, next to a directory it must never reach."""
+    outside, workspace = root / "outside", root / "workspace"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "outside-only.txt").write_text(SECRET)
+    for folder in ("notes", "memory", "sessions", ".state"):
+        (workspace / folder).mkdir(parents=True)
+    (workspace / "notes" / "a.md").write_text("inside")
+    (workspace / "memory" / "MEMORY.md").write_text("# Long-term Memory\n")
+    (workspace / "sessions" / "t:1.jsonl").write_text('{"_type":"metadata"}\n')
+    (workspace / ".state" / "telegram-1.json").write_text("{}")
+    links = {
+        "in_link": workspace / "notes",
+        "out_link": outside,
+        "out_file_link": outside / "outside-only.txt",
+        "dangling_out": outside / "missing.txt",
+        "etc_link": Path("/etc"),
+        "notes/up": Path(".."),
+        "notes/upup": Path("../.."),
+    }
+    for name, target in links.items():
+        (workspace / name).symlink_to(target)
+    (workspace / "loop").symlink_to(workspace / "loop")
+    return outside, workspace
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"<dir>"
+        for p in sorted(folder.rglob("*"))
+        if not p.is_symlink()
+    }
+
+
+@pytest.fixture
+def jail(tmp_path: Path) -> tuple[Path, Path, ToolRegistry]:
+    outside, workspace = _jail(tmp_path)
+    registry = ToolRegistry()
+    for tool in WorkspaceFiles(workspace).tools():
+        registry.add(tool)
+    return outside, workspace, registry
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(["", "/", "OUTSIDE/", "WORKSPACE/", "~/", "./"]),
+    st.lists(st.sampled_from(ATOMS), max_size=6),
+)
+def test_no_generated_path_leaves_the_workspace(
+    jail: tuple[Path, Path, ToolRegistry], start: str, parts: list[str]
+) -> None:
+    """No path (.., /, ~, symlinks, loops) lets a file tool read or change anything outside."""
+    outside, workspace, registry = jail
+    raw = start.replace("OUTSIDE/", f"{outside}/").replace("WORKSPACE/", f"{workspace}/")
+    raw += "/".join(parts)
+    files = WorkspaceFiles(workspace)
+    try:
+        resolved = files.resolve(raw)
+    except ToolError:
+        pass
+    except RuntimeError:  # a symlink loop on Python < 3.13
+        pass
+    else:
+        assert resolved == files.root or resolved.is_relative_to(files.root)
+    before_outside = _snapshot(outside)
+    before_managed = _snapshot(workspace / "sessions") | _snapshot(workspace / ".state")
+    calls = [
+        ("read_file", {"path": raw}),
+        ("list_dir", {"path": raw}),
+        ("write_file", {"path": raw, "content": "written"}),
+        ("edit_file", {"path": raw, "old_text": "Memory", "new_text": "M"}),
+    ]
+    for name, arguments in calls:
+        output = asyncio.run(registry.execute(name, json.dumps(arguments)))
+        assert SECRET not in output and "outside-only" not in output, (name, raw, output)
+        assert "root:x:0:0" not in output
+    assert _snapshot(outside) == before_outside
+    assert _snapshot(workspace / "sessions") | _snapshot(workspace / ".state") == before_managed
+
+
+# -- splitting ------------------------------------------------------------------------------------
+_PROSE = st.lists(
+    st.sampled_from(
+        ["word", "longerword", "😀", "日本語", "é", " ", " ", "\n", "\n\n", "-", "`x`"]
+    ),
+    min_size=1,
+    max_size=60,
+).map("".join)
+_CODE = st.builds(
+    lambda lang, lines: f"```{lang}\n" + "\n".join(lines) + "\n```",
+    st.sampled_from(["", "python", "sh"]),
+    st.lists(st.sampled_from(["x = 1", "print('😀')", "  indented", "", "a" * 30]), max_size=25),
+)
+_DOCUMENT = st.lists(st.one_of(_PROSE, _CODE), min_size=1, max_size=12).map("\n\n".join)
+
+
+def _fence_lines(piece: str) -> int:
+    return sum(1 for line in piece.split("\n") if re.match(r"^\s*```", line))
+
+
+def _alnum(text: str) -> str:
+    return "".join(c for c in text if c.isalnum())
+
+
+def _is_subsequence(needle: str, haystack: str) -> bool:
+    it = iter(haystack)
+    return all(c in it for c in needle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_DOCUMENT, st.integers(min_value=40, max_value=300), st.sampled_from(["len", "utf16"]))
+def test_split_pieces_fit_close_every_code_block_and_keep_every_letter(
+    document: str, limit: int, unit: str
+) -> None:
+    """Pieces fit the limit, hold whole code blocks and keep every letter in order."""
+    measure = text_length if unit == "len" else utf16_length
+    pieces = split_message(document, limit, measure)
+    for piece in pieces:
+        assert measure(piece) <= limit
+        assert piece.strip() or measure(document) <= limit  # text that fits is returned as is
+        assert _fence_lines(piece) % 2 == 0, piece
+        piece.encode("utf-8")
+    assert _is_subsequence(_alnum(document), _alnum("".join(pieces)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="channels/base.py split_message accepts any limit >= 16, but below about 40 the "
+    "reopened fence and the room kept for a closing one leave a body budget of a few "
+    "characters, so it cuts inside a fence line and leaves a block open (not reachable at "
+    "Telegram's or Discord's limits)",
+)
+def test_small_limits_still_close_every_code_block() -> None:
+    """At the smallest accepted limit, code blocks are still closed in every piece."""
+    pieces = split_message("wordword\n\n```python\n\n```\n\nword", 16)
+    assert all(_fence_lines(piece) % 2 == 0 for piece in pieces), pieces
+
+
+# -- the Telegram renderer ----------------------------------------------------------------------
+_SCHEMES = st.sampled_from(
+    ["javascript:", "JaVaScRiPt:", " javascript:", "data:text/html,", "file:///", "vbscript:",
+     "java\tscript:", "&#106;avascript:", "http://", "https://", "tg://", "mailto:", "//", ""]
+)  # fmt: skip
+_SAFE = ("http://", "https://", "tg://", "mailto:")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab *_`[]<>()", max_size=12),
+    _SCHEMES,
+    st.text(alphabet="abc/.?=&\"'<>() ", max_size=15),
+    st.sampled_from(["[{label}]({url})", "<{url}>", "{url}", '[{label}]({url} "t")']),
+)
+def test_links_only_ever_point_at_safe_schemes(
+    label: str, scheme: str, rest: str, form: str
+) -> None:
+    """Every href the renderer emits is http(s), tg or mailto, in valid HTML."""
+    rendered = render_html(form.format(label=label, url=scheme + rest))
+    parse_html(rendered)
+    for href in re.findall(r'href="([^"]*)"', rendered):
+        assert html.unescape(href).lower().startswith(_SAFE), href
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n"), max_size=3000))
+def test_any_text_renders_to_valid_pieces_within_the_limit(text: str) -> None:
+    """Any text renders to valid pieces within 4096 UTF-16 units that keep every letter."""
+    pieces = render_pieces(text)
+    shown = ""
+    for piece in pieces:
+        visible = parse_html(piece.html)
+        assert utf16_length(visible) <= 4096 and utf16_length(piece.html) <= 4096
+        shown += visible
+    assume("```" not in text and "~~~" not in text)  # fence info strings are not shown
+    assert _is_subsequence(_alnum(text), _alnum(shown) + _alnum(" ".join(p.html for p in pieces)))
