@@ -187,11 +187,17 @@ class AgentLoop:
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
         session = await self.sessions.get(message.key)
+        if message.message_id and _already_stored(session, message.message_id):
+            # A channel replaying its inbox after a crash: the message is kept already.
+            log.info("skipping replayed message session=%s", message.key)
+            return None
         user: dict[str, Any] = {"role": "user", "content": message.text}
         if message.sender_id:
             user["sender"] = message.sender_id
         if message.sender_name:
             user["sender_name"] = message.sender_name
+        if message.message_id:
+            user["message_id"] = message.message_id
         if message.is_group:
             session.group = True
         await self.sessions.add_messages(session, [user])
@@ -282,6 +288,14 @@ class AgentLoop:
     # -- per-session ordering ----------------------------------------------------------------------
     def _session_lock(self, key: str) -> _SessionLock:
         return _SessionLock(self._locks, key)
+
+
+_REPLAY_WINDOW = 200  # messages searched for a replayed message id
+
+
+def _already_stored(session: Session, message_id: str) -> bool:
+    tail = session.messages[-_REPLAY_WINDOW:]
+    return any(m.get("role") == "user" and m.get("message_id") == message_id for m in tail)
 
 
 def _for_storage(message: dict[str, Any]) -> dict[str, Any]:

@@ -265,3 +265,13 @@ async def test_history_is_trimmed_to_the_budget(
         stored = [m for m in session_lines(runtime) if m.get("role")]
         assert len(stored) == 80  # the file keeps every message
         assert system
+
+
+async def test_a_replayed_message_is_stored_once(runtime: Runtime, fake_llm: FakeLLM) -> None:
+    """A channel replaying a message it already handed over (same message_id) stores it once."""
+    first = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    again = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert first is not None and again is None
+    users = [m for m in session_lines(runtime) if m.get("role") == "user"]
+    assert [u["message_id"] for u in users] == ["m-1"]
+    assert len(fake_llm.chat_requests()) == 1
