@@ -80,7 +80,7 @@ def text_length(text: str) -> int:
 
 def utf16_length(text: str) -> int:
     """Length in UTF-16 code units (Telegram counts these)."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
 
 
 def split_message(text: str, limit: int, measure: Callable[[str], int] = text_length) -> list[str]:
@@ -90,8 +90,10 @@ def split_message(text: str, limit: int, measure: Callable[[str], int] = text_le
     fenced code block is closed with a fence and the next piece reopens it with the same info
     string. Characters are never cut apart, so surrogate pairs and emoji survive.
     """
-    if limit < 16:
-        raise ValueError("limit too small to split into fenced pieces")
+    if limit < 64:
+        # Room for a reopened fence line, a closing fence and some text; every platform allows
+        # far more (Telegram 4096, Discord 2000).
+        raise ValueError(f"limit {limit} too small to split into fenced pieces (minimum 64)")
     if measure(text) <= limit:
         return [text] if text else []
     pieces: list[str] = []

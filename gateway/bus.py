@@ -10,6 +10,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 
+def scrub(text: str) -> str:
+    """Replace lone UTF-16 surrogates, which no file or wire format can carry, with U+FFFD.
+
+    JSON allows "\\ud800" and Python decodes it into a str that UTF-8 cannot encode; such text
+    must not reach the session files or the model. Valid surrogate pairs are joined.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message received from a platform, normalized."""
@@ -31,6 +44,8 @@ class InboundMessage:
             raise ValueError(f"channel must be a non-empty name without ':', got {self.channel!r}")
         if not self.chat_id:
             raise ValueError("chat_id must not be empty")
+        object.__setattr__(self, "text", scrub(self.text))
+        object.__setattr__(self, "sender_name", scrub(self.sender_name))
 
     @property
     def key(self) -> str:
@@ -47,6 +62,9 @@ class OutboundMessage:
     text: str
     reply_to: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)  # e.g. {"thread_id": "7"}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", scrub(self.text))
 
 
 Handler = Callable[[InboundMessage], Awaitable[OutboundMessage | None]]

@@ -23,9 +23,10 @@ class Command:
 def parse_command(text: str) -> Command | None:
     """`/new@mybot extra` → Command("new", "extra"); anything not starting with `/` → None."""
     stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
+    if not stripped.startswith("/") or len(stripped) < 2 or stripped[1].isspace():
         return None
-    head, _, args = stripped[1:].partition(" ")
+    head, *rest = stripped[1:].split(maxsplit=1)
+    args = rest[0] if rest else ""
     name = head.split("@", 1)[0].lower()
     if not name.isidentifier():
         return None

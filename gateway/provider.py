@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import openai
 
+from gateway.bus import scrub
 from gateway.errors import (
     LLMConnectionError,
     LLMError,
@@ -125,15 +126,15 @@ def _to_response(completion: Any) -> ChatResponse:
     calls = tuple(
         ToolCall(
             id=call.id or f"call_{index}",
-            name=call.function.name,
-            arguments=call.function.arguments or "{}",
+            name=scrub(call.function.name or ""),
+            arguments=scrub(call.function.arguments or "{}"),
         )
         for index, call in enumerate(message.tool_calls or ())
         if getattr(call, "function", None) is not None
     )
     usage = completion.usage
     return ChatResponse(
-        content=message.content,
+        content=scrub(message.content) if message.content else message.content,
         tool_calls=calls,
         finish_reason=choice.finish_reason,
         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,

@@ -70,19 +70,24 @@ class ToolRegistry:
         """Run a tool; every failure becomes an `Error: …` text for the model."""
         tool = self._tools.get(name)
         if tool is None:
+            log.warning("model called an unknown tool tool=%s", name[:64])
             return f"Error: unknown tool {name!r}. Available: {', '.join(self._tools)}"
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as exc:
+            log.warning("model sent arguments that are not JSON tool=%s error=%s", name, exc.msg)
             return f"Error: arguments are not valid JSON ({exc.msg})"
         if not isinstance(arguments, dict):
+            log.warning("model sent arguments that are not an object tool=%s", name)
             return "Error: arguments must be a JSON object"
         missing = [k for k in tool.parameters.get("required", []) if k not in arguments]
         if missing:
+            log.warning("model left out arguments tool=%s missing=%s", name, ",".join(missing))
             return f"Error: missing required argument(s): {', '.join(missing)}"
         try:
             return await tool.run(arguments)
         except ToolError as exc:
+            log.info("tool refused tool=%s reason=%s", name, exc)
             return f"Error: {exc}"
         except Exception as exc:
             log.exception("tool failed tool=%s", name)
@@ -106,7 +111,10 @@ class WorkspaceFiles:
         candidate = Path(raw.strip()).expanduser()
         if not candidate.is_absolute():
             candidate = self.root / candidate
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+        except (RuntimeError, OSError):  # a symlink loop, or a path too long
+            raise ToolError(f"{raw!r} cannot be opened: a symlink loop or a broken path") from None
         if resolved != self.root and not resolved.is_relative_to(self.root):
             raise ToolError(f"{raw!r} is outside the workspace; only files under it are reachable")
         relative = resolved.relative_to(self.root)

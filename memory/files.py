@@ -84,13 +84,26 @@ class MemoryFiles:
     # -- MEMORY.md ---------------------------------------------------------------------------------
     def ensure(self) -> None:
         """Create MEMORY.md from the template if it is missing."""
-        if not self.memory_md.exists():
-            self.dir.mkdir(parents=True, exist_ok=True)
-            try:
-                with open(self.memory_md, "x", encoding="utf-8") as handle:
-                    handle.write(MEMORY_TEMPLATE)
-            except FileExistsError:
-                pass
+        if self.memory_md.exists() and self.memory_md.stat().st_size > 0:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # Written whole to a temp file, then linked into place: never an empty MEMORY.md, and
+        # never over a file someone created meanwhile (an empty one is replaced).
+        tmp = self.dir / f".MEMORY.md.{os.getpid()}.new"
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(MEMORY_TEMPLATE)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if self.memory_md.exists() and self.memory_md.stat().st_size == 0:
+                os.replace(tmp, self.memory_md)
+            else:
+                try:
+                    os.link(tmp, self.memory_md)
+                except FileExistsError:
+                    pass
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def read_memory(self) -> str:
         self.ensure()

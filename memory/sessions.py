@@ -120,10 +120,17 @@ def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     try:
         if cut_at is not None:
             os.ftruncate(fd, cut_at)
+        before = os.fstat(fd).st_size
         view = memoryview(lines)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except OSError:
+            # A write cut short (disk full) must not leave half a line for the next append to be
+            # glued onto: take the partial bytes back before reporting the error.
+            os.ftruncate(fd, before)
+            raise
         return os.fstat(fd).st_size
     finally:
         os.close(fd)

@@ -205,11 +205,6 @@ async def test_commands_with_arguments(
     clean_log(gateway)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/commands.py parse_command splits the name from its arguments at a space "
-    "only, so '/help' followed by a newline or a tab reaches the model as text",
-)
 async def test_a_command_followed_by_a_newline_or_tab_is_a_command(runtime: Runtime) -> None:
     """`/help` then a newline or a tab and more words is still /help."""
     for message in ("/help\nwhat can you do", "/status\tnow"):
@@ -228,7 +223,6 @@ async def test_a_lone_surrogate_in_a_message_is_answered(
     assert len(user_lines(gateway)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason=LONE_SURROGATES)
 async def test_a_lone_surrogate_in_a_reply_reaches_the_user(
     make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
@@ -240,12 +234,6 @@ async def test_a_lone_surrogate_in_a_reply_reaches_the_user(
     assert "and the rest" in answers(fake_telegram)[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/agent.py stores a lone surrogate as is (sessions.encode_record uses "
-    "surrogatepass, so the JSONL is no longer UTF-8) and every later prompt of the session "
-    "fails to encode in the HTTP client: the session answers only 'the language model failed'",
-)
 async def test_a_lone_surrogate_does_not_poison_the_session(
     runtime: Runtime, fake_llm: FakeLLM
 ) -> None:

@@ -159,12 +159,6 @@ async def test_consolidation_on_a_full_disk_moves_nothing_and_resumes(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory/sessions.py _write_lines/SessionStore.append: a write cut short by ENOSPC "
-    "leaves a partial line but the session is not marked torn, so the next append is glued "
-    "onto it and that message is skipped as a corrupt line on the next load",
-)
 async def test_the_message_after_a_failed_append_is_kept(
     fake_llm: FakeLLM, small_disk: Path
 ) -> None:
@@ -198,12 +192,6 @@ async def test_memgate_run_on_a_full_disk_exits_1_with_the_reason(
     assert await gateway.stop() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory/files.py MemoryFiles.ensure creates MEMORY.md with open('x') and then writes "
-    "the template; when that write fails (ENOSPC, or a kill in between) an empty MEMORY.md is "
-    "left, and ensure() never fills it because the file exists",
-)
 async def test_memory_md_is_never_left_empty_by_a_full_disk(
     fake_llm: FakeLLM, small_disk: Path
 ) -> None:

@@ -147,11 +147,6 @@ async def test_llm_fault(make_gateway: GatewayFactory, fake_llm: FakeLLM, fault:
     assert len(tool_results) == len(fault.replies) - 1 if tool_results else True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/tools.py ToolRegistry.execute returns unknown-tool and bad-argument errors to "
-    "the model without logging them, so the log does not say what happened",
-)
 async def test_tool_call_errors_are_logged(make_gateway: GatewayFactory, fake_llm: FakeLLM) -> None:
     """An unknown tool and unparsable arguments leave a line in the log naming the tool."""
     gateway = await started(make_gateway)

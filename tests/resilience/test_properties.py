@@ -255,7 +255,7 @@ def _is_subsequence(needle: str, haystack: str) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(_DOCUMENT, st.integers(min_value=40, max_value=300), st.sampled_from(["len", "utf16"]))
+@given(_DOCUMENT, st.integers(min_value=64, max_value=300), st.sampled_from(["len", "utf16"]))
 def test_split_pieces_fit_close_every_code_block_and_keep_every_letter(
     document: str, limit: int, unit: str
 ) -> None:
@@ -270,16 +270,11 @@ def test_split_pieces_fit_close_every_code_block_and_keep_every_letter(
     assert _is_subsequence(_alnum(document), _alnum("".join(pieces)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="channels/base.py split_message accepts any limit >= 16, but below about 40 the "
-    "reopened fence and the room kept for a closing one leave a body budget of a few "
-    "characters, so it cuts inside a fence line and leaves a block open (not reachable at "
-    "Telegram's or Discord's limits)",
-)
-def test_small_limits_still_close_every_code_block() -> None:
-    """At the smallest accepted limit, code blocks are still closed in every piece."""
-    pieces = split_message("wordword\n\n```python\n\n```\n\nword", 16)
+def test_limits_too_small_for_a_fenced_piece_are_refused() -> None:
+    """A limit with no room for a reopened and a closed fence is refused rather than mis-split."""
+    with pytest.raises(ValueError, match="too small"):
+        split_message("wordword\n\n```python\n\n```\n\nword" * 3, 40)
+    pieces = split_message("wordword\n\n```python\n\n```\n\nword" * 3, 64)
     assert all(_fence_lines(piece) % 2 == 0 for piece in pieces), pieces
 
 

@@ -147,12 +147,6 @@ async def test_a_stranger_gets_no_model_call_no_download_and_no_file(
     assert "refused sender channel=telegram sender_id=666" in gateway.log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/tools.py WorkspaceFiles.resolve lets the RuntimeError/OSError of a symlink "
-    "loop escape: the model gets 'read_file failed (RuntimeError)' and the log an ERROR "
-    "traceback instead of a ToolError naming the path",
-)
 async def test_a_symlink_loop_is_refused_with_a_clear_message(
     runtime: Runtime, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
