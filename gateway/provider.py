@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from gateway.bus import scrub
 from gateway.errors import (
@@ -99,7 +100,13 @@ class OpenAIProvider:
                 kwargs["tool_choice"] = tool_choice
         try:
             async with asyncio.timeout(self._deadline):
-                completion = await self._client.chat.completions.create(**kwargs)
+                # The SDK's generic `post` (its documented way to call any endpoint) sends our
+                # already wire-shaped body as is; `chat.completions.create` would first walk every
+                # message through its TypedDict transformer, which costs milliseconds per turn and
+                # grows with the history. Retries, errors and response parsing are the same.
+                completion = await self._client.post(
+                    "/chat/completions", body=kwargs, cast_to=ChatCompletion
+                )
         except TimeoutError as exc:
             raise LLMTimeoutError(f"no answer within {self._deadline:.0f}s") from exc
         except openai.APITimeoutError as exc:
