@@ -21,11 +21,13 @@ run: $(BIN)/memgate
 test: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy gateway memory channels
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy gateway memory channels
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench

@@ -12,6 +12,7 @@ import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
@@ -166,7 +167,9 @@ class DiscordChannel:
         for index, piece in enumerate(pieces):
             try:
                 async with asyncio.timeout(_SEND_TIMEOUT):
-                    await channel.send(piece, reference=reference if index == 0 else None)
+                    # Only the first piece answers the message; the rest follow it.
+                    options: dict[str, Any] = {"reference": reference} if index == 0 else {}
+                    await channel.send(piece, **options)
             except _NETWORK_ERRORS as exc:
                 # Stop here: the rest of a reply without its middle would mislead.
                 log.error(

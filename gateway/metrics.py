@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -95,7 +95,7 @@ def health_server(
         return response
 
     @asynccontextmanager
-    async def serving():  # type: ignore[no-untyped-def]
+    async def serving() -> AsyncIterator[str]:
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/metrics", prometheus)

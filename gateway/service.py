@@ -32,7 +32,10 @@ def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
     reaches the channel without more wiring here.
     """
     handler = runtime.agent.handle
-    shared = {"workspace": config.workspace, "shutdown_grace": config.shutdown_grace}
+    shared: dict[str, Any] = {
+        "workspace": config.workspace,
+        "shutdown_grace": config.shutdown_grace,
+    }
     telegram, discord = config.channels.telegram, config.channels.discord
     channels: list[Channel] = []
     if telegram.enabled:

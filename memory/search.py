@@ -252,7 +252,7 @@ def search_tools(search: MemorySearch) -> list[ToolSpec]:
         from_line = _number(arguments.get("from_line"), 1, 1, 10**9)
         lines = _number(arguments.get("lines"), DEFAULT_LINES, 1, MAX_LINES)
         try:
-            return await search.get(arguments.get("path"), from_line, lines)
+            return await search.get(str(arguments.get("path") or ""), from_line, lines)
         except SearchPathError as exc:
             return f"Error: {exc}"
 

@@ -242,9 +242,12 @@ class SearchIndex:
                 [rowid for rowid, _, _ in ranked],
             )
         }
-        return [
-            Match(*details[rowid], -rank, text) for rowid, rank, text in ranked if rowid in details
-        ]
+        matches = []
+        for rowid, rank, text in ranked:
+            if rowid in details:
+                path, line, ts, kind = details[rowid]
+                matches.append(Match(path, line, ts, kind, -rank, text))
+        return matches
 
 
 def _row(values: tuple[Any, ...]) -> _Indexed:

@@ -199,7 +199,8 @@ def _stamp(text: str, tz: tzinfo) -> float | None:
     if match is None:
         return None
     try:
-        return datetime(*map(int, match.groups()), tzinfo=tz).timestamp()
+        year, month, day, hour, minute = (int(part) for part in match.groups())
+        return datetime(year, month, day, hour, minute, tzinfo=tz).timestamp()
     except ValueError:
         return None
 
