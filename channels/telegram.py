@@ -1,5 +1,8 @@
 """The Telegram channel: python-telegram-bot long polling (or a webhook) in, HTML replies out.
 
+Every update is journaled in the inbox (channels/telegram_inbox.py) before Telegram hears that it
+arrived, and replayed at the next start if the process died before handling it.
+
 The only module that imports `telegram`; of ours it imports only `gateway.bus` and `channels`.
 """
 
@@ -21,17 +24,19 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
+import httpx
 from telegram import Bot, BotCommand, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.base import AllowList, ChannelConfigError, utf16_length
+from channels.base import AllowList, ChannelConfigError
 from channels.telegram_html import Piece, render_pieces
+from channels.telegram_inbox import Inbox, Json
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,8 @@ log = logging.getLogger(__name__)
 MAX_DOWNLOAD = 20 * 1024 * 1024  # the Bot API serves no larger file
 TYPING_EVERY = 4.0  # Telegram shows "typing…" for about 5 s per sendChatAction
 MAX_FLOOD_WAIT = 60.0  # a longer retry_after drops the piece rather than stall the chat
+SEND_ATTEMPTS = 3  # tries of a send that failed without reaching Telegram, or with a 5xx
+SEND_BACKOFF = 1.0  # seconds before the second try, doubled for each later one (with jitter)
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
 ALLOWED_UPDATES = (Update.MESSAGE,)
 COMMANDS = (
@@ -48,6 +55,7 @@ COMMANDS = (
     ("help", "What I can do"),
 )
 GREETING = "Hi! I'm your memgate assistant: just write to me. /help lists the commands."
+UNSUPPORTED = "I can only read text, photos, voice messages and files."
 _GROUPS = (ChatType.GROUP, ChatType.SUPERGROUP)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -120,6 +128,7 @@ class TelegramChannel:
         self._typing: dict[_Target, list[Any]] = {}
         self._flood_until = 0.0
         self._send_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)  # per chat
+        self._inbox: Inbox | None = None
 
     @property
     def connected(self) -> bool:
@@ -133,7 +142,7 @@ class TelegramChannel:
         self._started = True
         restore = _TokenFilter(self._token).install()
         # Our own request objects, so their connections close even when initialize() failed.
-        requests = (HTTPXRequest(connection_pool_size=64), HTTPXRequest(connection_pool_size=1))
+        requests = (HTTPXRequest(connection_pool_size=64), _UpdatesRequest(connection_pool_size=1))
         app = (
             ApplicationBuilder()
             .token(self._token)
@@ -141,6 +150,7 @@ class TelegramChannel:
             .base_file_url(self._base_file_url)
             .request(requests[0])
             .get_updates_request(requests[1])
+            .update_queue(_UpdateQueue(self._receive))
             .concurrent_updates(False)  # the callback only admits and queues; turns run as tasks
             .build()
         )
@@ -150,11 +160,13 @@ class TelegramChannel:
             await _retrying("connect", app.initialize)
             self._bot_id, self._bot_username = app.bot.id, app.bot.username or ""
             await asyncio.to_thread(self._load_state)
+            pending = await asyncio.to_thread(self._open_inbox)
             await self._register_commands(app.bot)
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 await app.start()
                 try:
+                    await self._replay(pending)
                     await _retrying("start", self._start_updates)
                     self._connected = True
                     log.info(
@@ -168,6 +180,8 @@ class TelegramChannel:
                     await self._stop_updates(app)
         finally:
             self._tasks = None
+            if self._inbox is not None:
+                self._inbox.close()
             with contextlib.suppress(Exception):
                 await app.shutdown()
             for request in requests:
@@ -216,53 +230,102 @@ class TelegramChannel:
         task.add_done_callback(self._active.discard)
 
     # -- updates ----------------------------------------------------------------------------------
+    def _receive(self, item: object) -> bool:
+        """Journal an update as it enters PTB's queue, before polling confirms it to Telegram (on
+        its next getUpdates) and before the state file records it; False drops a repeat."""
+        inbox = self._inbox
+        if not isinstance(item, Update) or inbox is None:
+            return True  # PTB's stop signal
+        if inbox.holds(item.update_id) or self._handled(item):
+            log.debug("telegram skipping handled update update_id=%s", item.update_id)
+            return False
+        inbox.append(item.to_dict())
+        return True
+
     async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
-        date = int(message.date.timestamp()) if message is not None else 0
+        self._record(update)
+        await self._save_state_logged()
+        self._take(update)
+
+    async def _replay(self, pending: list[Json]) -> None:
+        """Take again, oldest first, the updates a previous run received but never finished. The
+        agent skips a message it already stored, so one whose turn had begun is not doubled."""
+        if not pending:
+            return
+        log.info("telegram replaying unfinished updates count=%d", len(pending))
+        for data in pending:
+            update_id = data.get("update_id")
+            try:
+                update = Update.de_json(data, self._bot())
+            except Exception as exc:
+                log.error("telegram cannot replay update update_id=%s error=%s", update_id, exc)
+                self._finish(update_id)
+                continue
+            if not self._handled(update):
+                self._record(update)  # so Telegram redelivering it is not taken a second time
+            self._take(update)
+        await self._save_state_logged()
+
+    def _take(self, update: Update) -> None:
+        """Start the work for a journaled update; one that needs none is finished at once."""
+        if self._tasks is None:
+            return  # stopping: it stays in the inbox for the next start
+        working = False
+        if update.message is not None:
+            try:
+                working = self._admit(update.message, update.update_id)
+            except Exception:
+                log.exception("telegram could not take update update_id=%s", update.update_id)
+        if not working:
+            self._finish(update.update_id)
+
+    def _finish(self, update_id: Any) -> None:
+        if self._inbox is not None and isinstance(update_id, int):
+            self._inbox.finish(update_id)
+
+    def _handled(self, update: Update) -> bool:
         # Telegram picks a random update_id after a week of silence, so a lower id is a repeat
         # only if its message is no newer than the newest one already handled.
-        if update.update_id <= self._last_update_id and date <= self._last_date:
-            log.debug("telegram skipping handled update update_id=%s", update.update_id)
-            return
-        self._last_update_id = update.update_id
-        self._last_date = max(self._last_date, date)
-        try:
-            await asyncio.to_thread(self._save_state)
-        except OSError as exc:
-            log.warning("telegram could not save state path=%s error=%s", self._state_path, exc)
-        if message is None or self._tasks is None:
-            return
-        try:
-            self._admit(message)
-        except Exception:
-            log.exception("telegram could not take update update_id=%s", update.update_id)
+        return update.update_id <= self._last_update_id and _date(update) <= self._last_date
 
-    def _admit(self, message: Message) -> None:
-        """Decide synchronously whether a message is for us; queue it in its chat's order."""
+    def _record(self, update: Update) -> None:
+        self._last_update_id = update.update_id
+        self._last_date = max(self._last_date, _date(update))
+
+    def _admit(self, message: Message, update_id: int) -> bool:
+        """Decide synchronously whether a message is for us; queue it in its chat's order.
+        True when work was started that finishes the update in the inbox itself."""
         user = message.from_user
         if user is None or message.chat.type == ChatType.CHANNEL:
-            return
+            return False
         sender_id = str(user.id)
         is_group = message.chat.type in _GROUPS
         addressed, foreign, text = self._addressing(message)
         if not self._allow.allows(sender_id, user.username):
             if not is_group or addressed:
                 self._allow.note_refused(self.name, sender_id, user.username)
-            return
+            return False
         if is_group and (
             foreign
             or self._group_policy == "off"
             or (self._group_policy == "mention" and not addressed)
         ):
-            return
+            return False
         thread = message.message_thread_id if message.is_topic_message else None
         target = _Target(message.chat.id, thread)
+        if not text and next(_attachments(message), None) is None:
+            # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
+            # messages (a member joined, a pin) have no attachment and get nothing.
+            if message.effective_attachment is not None and (addressed or not is_group):
+                self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
+            return False
         if text.split(maxsplit=1)[:1] == ["/start"]:
             self._spawn(self.send(self._outbound(target, GREETING)))
-            return
+            return False
         previous = self._tails.get(target)
         done = self._tails[target] = asyncio.Event()
-        self._spawn(self._intake(message, text, addressed, target, previous, done))
+        self._spawn(self._intake(message, text, addressed, target, previous, done, update_id))
+        return True
 
     def _addressing(self, message: Message) -> tuple[bool, bool, str]:
         """(addressed to us, a command for another bot, text with our @mention removed)."""
@@ -282,7 +345,7 @@ class TelegramChannel:
                 command, _, bot = part.partition("@")
                 if not bot or bot.lower() == me:
                     addressed = True
-                    skip = utf16_length(command)
+                    skip = _utf16_length(command)
                     cuts.append((entity.offset + skip, entity.length - skip))
                 else:
                     foreign = True
@@ -304,14 +367,18 @@ class TelegramChannel:
         target: _Target,
         previous: asyncio.Event | None,
         done: asyncio.Event,
+        update_id: int,
     ) -> None:
         """Download media and build the inbound message, one at a time per chat, then start the
-        turn; turns start in arrival order but run concurrently, so a /stop is never stuck."""
+        turn; turns start in arrival order but run concurrently, so a /stop is never stuck.
+        Cancelled (at shutdown), the update stays unfinished in the inbox and is replayed."""
         try:
             if previous is not None:
                 await previous.wait()
             inbound = await self._inbound(message, text, addressed, target)
-            if inbound is not None:
+            if inbound is None:
+                self._finish(update_id)
+            else:
                 # The agent logs the one INFO line per message; this detail is for debugging.
                 log.debug(
                     "telegram message key=%s sender_id=%s media=%d",
@@ -319,9 +386,10 @@ class TelegramChannel:
                     inbound.sender_id,
                     len(inbound.media),
                 )
-                self._spawn(self._turn(inbound, target))
+                self._spawn(self._turn(inbound, target, update_id))
         except Exception:
             log.exception("telegram could not read message chat_id=%s", target.chat_id)
+            self._finish(update_id)
         finally:
             done.set()
             if self._tails.get(target) is done:
@@ -348,7 +416,7 @@ class TelegramChannel:
             chat_id=str(target.chat_id),
             sender_id=str(user.id),
             text=body,
-            sender_name=user.full_name,
+            sender_name=_scrub(user.full_name),
             media=tuple(media),
             is_group=message.chat.type in _GROUPS,
             mentioned=addressed,
@@ -380,13 +448,16 @@ class TelegramChannel:
         path = f"media/telegram/{filename}"
         return f"[{kind}: {path}]", path
 
-    async def _turn(self, inbound: InboundMessage, target: _Target) -> None:
+    async def _turn(self, inbound: InboundMessage, target: _Target, update_id: int) -> None:
         with self._typing_while(target):
             try:
                 reply = await self._handler(inbound)
             except Exception:
                 log.exception("telegram handler failed key=%s", inbound.key)
-                return
+                reply = None
+        # The message is stored (or was refused): a replay would find nothing left to do, so a
+        # kill from here on can only cost the reply, which the session keeps.
+        self._finish(update_id)
         if reply is None:
             return
         if target.thread_id and "thread_id" not in reply.metadata:
@@ -436,7 +507,7 @@ class TelegramChannel:
         except ValueError:
             log.error("telegram cannot address reply chat_id=%s", message.chat_id)
             return
-        pieces = await asyncio.to_thread(render_pieces, message.text)
+        pieces = await asyncio.to_thread(render_pieces, _scrub(message.text))
         # One reply's pieces go out together, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
             for index, piece in enumerate(pieces):
@@ -467,9 +538,11 @@ class TelegramChannel:
             log.warning("telegram plain send failed chat_id=%s error=%s", chat_id, exc)
 
     async def _deliver(self, **options: Any) -> None:
-        """sendMessage, honouring flood control: wait out a retry_after, then try once more."""
+        """sendMessage, honouring flood control (wait out a retry_after, then try once more) and
+        trying again, with backoff, a send that failed before reaching Telegram or with a 5xx."""
         bot = self._bot()
-        for attempt in (1, 2):
+        floods = failures = 0
+        while True:
             wait = self._flood_until - asyncio.get_running_loop().time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -482,8 +555,21 @@ class TelegramChannel:
                 log.warning(
                     "telegram flood control chat_id=%s retry_after=%s", options["chat_id"], seconds
                 )
-                if attempt == 2 or seconds > MAX_FLOOD_WAIT:
+                floods += 1
+                if floods == 2 or seconds > MAX_FLOOD_WAIT:
                     raise
+            except NetworkError as exc:
+                failures += 1
+                if failures >= SEND_ATTEMPTS or not _resendable(exc):
+                    raise
+                delay = SEND_BACKOFF * 2 ** (failures - 1) * random.uniform(0.5, 1.0)
+                log.warning(
+                    "telegram send failed chat_id=%s error=%s, trying again in %.1fs",
+                    options["chat_id"],
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
 
     def _bot(self) -> Bot:
         if self._app is None:
@@ -526,6 +612,23 @@ class TelegramChannel:
         state = {"last_update_id": self._last_update_id, "last_date": self._last_date}
         _write_atomic(self._state_path, json.dumps(state).encode())
 
+    async def _save_state_logged(self) -> None:
+        try:
+            await asyncio.to_thread(self._save_state)
+        except OSError as exc:
+            log.warning("telegram could not save state path=%s error=%s", self._state_path, exc)
+
+    def _open_inbox(self) -> list[Json]:
+        """Open the inbox journal (blocking); returns the updates left unfinished last time."""
+        self._inbox = Inbox(self._state_dir / f"telegram-{self._bot_id}-inbox.jsonl")
+        try:
+            return self._inbox.open()
+        except OSError as exc:
+            # Serving without the journal is better than not serving: a kill may then lose the
+            # messages in flight, as it would have without the inbox.
+            log.error("telegram inbox unavailable path=%s error=%s", self._inbox.path, exc)
+            return []
+
 
 # -- helpers --------------------------------------------------------------------------------------
 async def _retrying(what: str, action: Callable[[], Awaitable[Any]]) -> None:
@@ -560,6 +663,72 @@ def _log_polling_error(exc: TelegramError) -> None:
     log.warning("telegram polling error: %s", exc)
 
 
+class _UpdateQueue(asyncio.Queue[object]):
+    """PTB's update queue: polling and the webhook put every update here before Telegram learns
+    that it arrived, so `accept` can journal it first; an update it refuses is dropped."""
+
+    def __init__(self, accept: Callable[[object], bool]) -> None:
+        super().__init__()
+        self._accept = accept
+
+    async def put(self, item: object) -> None:
+        self.put_nowait(item)  # unbounded: never waits
+
+    def put_nowait(self, item: object) -> None:
+        if self._accept(item):
+            super().put_nowait(item)
+
+
+class _UpdatesRequest(HTTPXRequest):
+    """The getUpdates connection. PTB refetches forever a batch holding an update it cannot
+    parse (logging the batch, message texts included, at CRITICAL each time), so such an update
+    is handed on as its bare update_id: polling moves past it and the channel finishes it.
+    `parse_json_payload` is PTB's documented hook for reading the Bot API's JSON."""
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> dict[str, Any]:
+        data = HTTPXRequest.parse_json_payload(payload)
+        result = data.get("result")
+        if isinstance(result, list):
+            data["result"] = [update for raw in result if (update := _readable(raw)) is not None]
+        return data
+
+
+def _readable(raw: Any) -> Json | None:
+    """`raw` if PTB can parse it; else its bare update_id, logged without any of its content."""
+    try:
+        Update.de_json(raw, None)
+        return cast(Json, raw)
+    except Exception as exc:
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        kinds = sorted(str(k) for k in raw if k != "update_id") if isinstance(raw, dict) else []
+        log.error(
+            "telegram skipping an update it cannot parse update_id=%s kinds=%s error=%s",
+            update_id,
+            ",".join(kinds),
+            type(exc).__name__,
+        )
+        log.debug("telegram unparseable update update_id=%s", update_id, exc_info=True)
+        return {"update_id": update_id} if isinstance(update_id, int) else None
+
+
+def _resendable(exc: NetworkError) -> bool:
+    """Whether a failed send may go again without risking a duplicate: yes when Telegram
+    answered with an error status (5xx) or the request never left (no connection, no free pool
+    slot); no for a refusal (400) or a lost or late answer (the message may have arrived)."""
+    if isinstance(exc, BadRequest):
+        return False
+    cause = exc.__cause__
+    return cause is None or isinstance(
+        cause, TelegramError | httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout
+    )
+
+
+def _date(update: Update) -> int:
+    message = update.message
+    return int(message.date.timestamp()) if message is not None else 0
+
+
 def _attachments(message: Message) -> Iterator[tuple[str, Any, str | None]]:
     if message.photo:
         yield "image", message.photo[-1], None  # sizes come smallest first
@@ -585,17 +754,37 @@ def _entities_refused(exc: BadRequest) -> bool:
     return "parse entities" in text or "text is empty" in text or "must be non-empty" in text
 
 
+# Telegram counts UTF-16 units, a lone surrogate ("\ud800" in an update's JSON) as one of them:
+# "surrogatepass" measures and slices it like Telegram, and decoding with "replace" turns it
+# into U+FFFD, which every file and wire format can carry.
+def _utf16(text: str) -> bytes:
+    return text.encode("utf-16-le", errors="surrogatepass")
+
+
+def _utf16_length(text: str) -> int:
+    return len(_utf16(text)) // 2
+
+
 def _utf16_slice(text: str, offset: int, length: int) -> str:
-    data = text.encode("utf-16-le")
-    return data[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
+    return _utf16(text)[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
 
 
 def _utf16_cut(text: str, spans: list[tuple[int, int]]) -> str:
-    """`text` without the (offset, length) UTF-16 spans Telegram's entities point at."""
-    data = text.encode("utf-16-le")
+    """`text` without the (offset, length) UTF-16 spans Telegram's entities point at, and with
+    any lone surrogate replaced."""
+    data = _utf16(text)
     for offset, length in sorted(spans, reverse=True):
         data = data[: offset * 2] + data[(offset + length) * 2 :]
     return data.decode("utf-16-le", errors="replace")
+
+
+def _scrub(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD (valid text is returned as it is)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _utf16(text).decode("utf-16-le", errors="replace")
+    return text
 
 
 def _safe_name(name: str) -> str:

@@ -504,6 +504,250 @@ async def test_run_twice_raises(fake: FakeTelegram, tmp_path: Path) -> None:
         await channel.run()
 
 
+# -- the inbox: nothing received is lost to a crash -----------------------------------------------
+
+
+def inbox_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / f"telegram-{BOT['id']}-inbox.jsonl"
+
+
+def journaled(tmp_path: Path) -> list[dict[str, Any]]:
+    path = inbox_path(tmp_path)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def pending_ids(tmp_path: Path) -> set[int]:
+    """Update ids the journal would replay: received, with no done line after them."""
+    pending: set[int] = set()
+    for record in journaled(tmp_path):
+        if "done" in record:
+            pending.discard(record["done"])
+        else:
+            pending.add(record["update"]["update_id"])
+    return pending
+
+
+def raw_message(update_id: int, text: str, *, message_id: int | None = None) -> dict[str, Any]:
+    """A private message update from the allowed user 42, as the Bot API sends it."""
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": message_id or update_id,
+            "date": 1_700_000_000,
+            "chat": {"id": 42, "type": "private"},
+            "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "text": text,
+        },
+    }
+
+
+async def test_a_message_received_before_a_crash_is_handled_once_after_it(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """Disk as a kill leaves it (journaled, not stored): the restart hands it over once."""
+    release = asyncio.Event()
+    first_seen: list[str] = []
+
+    async def stuck(message: InboundMessage) -> OutboundMessage:
+        first_seen.append(message.text)
+        await release.wait()  # like an agent waiting for the chat's running turn
+        return OutboundMessage("telegram", message.chat_id, "never sent")
+
+    state = tmp_path / "state"
+    async with running(make_channel(fake, tmp_path, stuck, shutdown_grace=0.1)):
+        fake.message("first")
+        second = fake.message("second, queued behind the first")
+        # Confirmed: Telegram would not hand it out again. The journal holds it already.
+        await fake.wait_for(lambda: fake.confirmed > second and len(first_seen) == 2)
+        assert pending_ids(tmp_path) == {second - 1, second}
+        crashed = {path: path.read_bytes() for path in state.iterdir()}  # what SIGKILL would leave
+    assert first_seen == ["first", "second, queued behind the first"]
+    for path in state.iterdir():
+        path.unlink()
+    for path, data in crashed.items():
+        path.write_bytes(data)
+    fake.redeliver()  # and Telegram hands both out again, as it would without a confirmation
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        await fake.wait_sent(2)
+        fake.message("after the restart")
+        await fake.wait_sent(3)
+    assert [m.text for m in handler.seen] == [
+        "first",
+        "second, queued behind the first",
+        "after the restart",
+    ]
+    assert [m.message_id for m in handler.seen][:2] == ["1", "2"]  # how the agent spots a repeat
+    assert pending_ids(tmp_path) == set()
+
+
+async def test_shutdown_leaves_unfinished_messages_for_the_next_start(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """A turn cut by the shutdown grace stays journaled and is replayed at the next start."""
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def stuck(message: InboundMessage) -> OutboundMessage:
+        started.set()
+        await never.wait()
+        return OutboundMessage("telegram", message.chat_id, "never sent")
+
+    async with running(make_channel(fake, tmp_path, stuck, shutdown_grace=0.1)):
+        update = fake.message("slow one")
+        await started.wait()
+    assert pending_ids(tmp_path) == {update}
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        await fake.wait_sent(1)
+    assert [m.text for m in handler.seen] == ["slow one"]
+    assert pending_ids(tmp_path) == set()
+
+
+async def test_a_redelivered_update_in_flight_is_not_taken_twice(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """Telegram handing out an update again while its turn runs does not start a second turn."""
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def slow(message: InboundMessage) -> OutboundMessage:
+        seen.append(message.text)
+        await release.wait()
+        return OutboundMessage("telegram", message.chat_id, "done")
+
+    async with running(make_channel(fake, tmp_path, slow)):
+        update = fake.message("only once")
+        await fake.wait_for(lambda: fake.confirmed > update)
+        fake.redeliver()
+        fake.message("nudge")  # wakes the long poll, which now returns both
+        await fake.wait_for(lambda: len(seen) == 2)
+        release.set()
+        await fake.wait_sent(2)
+    assert seen == ["only once", "nudge"]
+
+
+async def test_a_torn_or_corrupt_journal_line_is_ignored(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line cut short by a kill costs only itself: the rest of the journal is replayed."""
+    path = inbox_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    lines = [
+        json.dumps({"update": raw_message(901, "kept")}),
+        "{garbage",
+        json.dumps({"update": raw_message(902, "already handled")}),
+        json.dumps({"done": 902}),
+        json.dumps({"update": raw_message(903, "torn")})[:40],
+    ]
+    path.write_text("\n".join(lines))
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        await fake.wait_sent(1)
+    assert [m.text for m in handler.seen] == ["kept"]
+    assert caplog.text.count("skipping an unreadable line") == 2
+    assert pending_ids(tmp_path) == set()
+
+
+# -- updates the SDK cannot parse, retries, odd text, odd messages --------------------------------
+
+
+async def test_an_update_the_sdk_cannot_parse_is_skipped(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A poll missing fields PTB requires is logged (without its text) and polling moves on."""
+    caplog.set_level(logging.INFO)
+    poll = {"id": "p", "question": "Secret lunch plans?", "options": [{"text": "yes"}]}
+    bad = fake.message(None, poll=poll)
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("still there?")
+        await fake.wait_sent(1)
+    assert [m.text for m in handler.seen] == ["still there?"]
+    assert fake.confirmed > bad + 1
+    [error] = [r for r in caplog.records if "cannot parse" in r.getMessage()]
+    assert error.levelno == logging.ERROR and f"update_id={bad}" in error.getMessage()
+    assert "Secret lunch" not in caplog.text
+    assert pending_ids(tmp_path) == set()
+
+
+async def test_a_send_failing_once_with_a_5xx_is_retried(
+    fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 502 on sendMessage is tried again after a short backoff, and the reply arrives once."""
+    monkeypatch.setattr(channels.telegram, "SEND_BACKOFF", 0.01)
+    fake.fail_next("sendMessage", 502, "Bad Gateway")
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        fake.message("hello")
+        await fake.wait_sent(1)
+        await asyncio.sleep(0.1)  # room for a wrong second delivery to show up
+    assert [c.status for c in fake.calls_to("sendMessage")] == [502, 200]
+    assert [p["text"] for p in fake.sent()] == ["echo: hello"]
+
+
+async def test_a_send_failing_with_5xx_every_time_is_given_up(
+    fake: FakeTelegram,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After SEND_ATTEMPTS 5xx the piece is logged as failed; the next reply goes out."""
+    monkeypatch.setattr(channels.telegram, "SEND_BACKOFF", 0.01)
+    for _ in range(channels.telegram.SEND_ATTEMPTS):
+        fake.fail_next("sendMessage", 500, "Internal Server Error")
+    async with running(make_channel(fake, tmp_path, Recorder())):
+        fake.message("one")
+        fake.message("two")
+        [sent] = await fake.wait_sent(1)
+    assert sent["text"] == "echo: two"
+    statuses = [c.status for c in fake.calls_to("sendMessage")]
+    assert statuses == [500] * channels.telegram.SEND_ATTEMPTS + [200]
+    assert "telegram send failed chat_id=42 error=Internal Server Error" in caplog.text
+
+
+async def test_lone_surrogates_in_and_out_are_replaced(fake: FakeTelegram, tmp_path: Path) -> None:
+    """A lone surrogate in text, entities' span or name becomes U+FFFD; a reply with one is sent."""
+    handler = Recorder(lambda m: f"echo \udc00 {m.text}")
+    async with running(make_channel(fake, tmp_path, handler)):
+        fake.message("@memgate_bot broken \ud800 text", chat_id=-100)
+        fake.message("/status\ud83d", username="x\udfff")
+        await fake.wait_sent(2)
+    assert [m.text for m in handler.seen] == ["broken \ufffd text", "/status\ufffd"]
+    assert [p["plain"] for p in fake.sent()] == [
+        "echo \ufffd broken \ufffd text",
+        "echo \ufffd /status\ufffd",
+    ]
+
+
+async def test_a_sticker_gets_a_short_notice(fake: FakeTelegram, tmp_path: Path) -> None:
+    """Unsupported messages from allowed senders get a notice; strangers and groups do not."""
+    sticker = {
+        "file_id": "s",
+        "file_unique_id": "S",
+        "type": "regular",
+        "width": 512,
+        "height": 512,
+        "is_animated": False,
+        "is_video": False,
+    }
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler, group_policy="open")):
+        fake.message(None, sticker=sticker)
+        fake.message(None, sticker=sticker, user_id=666, chat_id=666)  # a stranger
+        fake.message(None, sticker=sticker, chat_id=-100)  # a group, not addressed to us
+        fake.message(None, chat_id=-100, new_chat_members=[BOT])  # a service message
+        fake.message(None, location={"latitude": 1.0, "longitude": 2.0}, chat_id=-100,
+                     reply_to_bot=True)  # fmt: skip
+        fake.message("and text")
+        await fake.wait_sent(3)
+    assert [(p["chat_id"], p["text"]) for p in fake.sent()] == [
+        (42, channels.telegram.UNSUPPORTED),
+        (-100, channels.telegram.UNSUPPORTED),
+        (42, "echo: and text"),
+    ]
+    assert [m.text for m in handler.seen] == ["and text"]
+    assert fake.calls_to("getFile") == []
+
+
 # -- through the real agent and the fake LLM ------------------------------------------------------
 
 

@@ -22,11 +22,6 @@ from tests.resilience.harness import Gateway, read_session, session_paths, until
 pytestmark = pytest.mark.timeout(120)
 
 CHAT = 42
-LONE_SURROGATES = (
-    "a lone UTF-16 surrogate (JSON '\\ud800', which Python's json accepts) breaks memgate: "
-    "channels/telegram.py _utf16_cut/_utf16_slice and channels/base.py utf16_length encode "
-    "with errors='strict' (UnicodeEncodeError), so the message, or the reply, is dropped"
-)
 
 
 async def started(make_gateway: GatewayFactory) -> Gateway:
@@ -158,13 +153,6 @@ async def test_unsupported_message_types_are_ignored_safely(
     clean_log(gateway)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="channels/telegram.py polls with python-telegram-bot's Updater, which logs CRITICAL "
-    "and refetches a batch it cannot parse forever without advancing the offset: one update "
-    "from an older self-hosted Bot API server (a poll without fields PTB 22 requires) stops "
-    "the bot for good and floods the log with the users' messages",
-)
 async def test_an_update_the_sdk_cannot_parse_does_not_wedge_the_bot(
     make_gateway: GatewayFactory, fake_telegram: FakeTelegram
 ) -> None:
@@ -212,7 +200,6 @@ async def test_a_command_followed_by_a_newline_or_tab_is_a_command(runtime: Runt
         assert reply is not None and reply.text.split(maxsplit=1)[0] in ("Commands:", "Session:")
 
 
-@pytest.mark.xfail(strict=True, reason=LONE_SURROGATES)
 async def test_a_lone_surrogate_in_a_message_is_answered(
     make_gateway: GatewayFactory, fake_telegram: FakeTelegram
 ) -> None:

@@ -74,7 +74,6 @@ def handled_id(workspace: Path) -> int:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=True, reason=LOST_ON_KILL)
 async def test_a_message_queued_behind_a_running_turn_survives_a_kill(
     make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
@@ -105,7 +104,6 @@ async def test_a_message_queued_behind_a_running_turn_survives_a_kill(
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=True, reason=LOST_ON_KILL)
 async def test_a_message_whose_photo_is_downloading_survives_a_kill(
     make_gateway: GatewayFactory, fake_telegram: FakeTelegram
 ) -> None:

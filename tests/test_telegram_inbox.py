@@ -1,0 +1,136 @@
+"""The Telegram inbox journal on real files: what a restart replays, and what it ignores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import channels.telegram_inbox
+from channels.telegram_inbox import Inbox
+
+
+def update(update_id: int, text: str = "hi") -> dict[str, object]:
+    return {"update_id": update_id, "message": {"message_id": update_id, "text": text}}
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_new_inbox_is_empty_and_created(tmp_path: Path) -> None:
+    """Opening where no journal exists replays nothing and creates the file (and its folder)."""
+    inbox = Inbox(tmp_path / "state" / "inbox.jsonl")
+    assert inbox.open() == []
+    inbox.close()
+    assert (tmp_path / "state" / "inbox.jsonl").read_bytes() == b""
+
+
+def test_unfinished_updates_are_replayed_in_order_and_the_file_compacted(tmp_path: Path) -> None:
+    """After a restart the updates without a done line come back oldest first, and only they stay."""
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    for update_id in (7, 5, 6):
+        inbox.append(update(update_id, f"m{update_id}"))
+    inbox.finish(6)
+    assert inbox.holds(5) and not inbox.holds(6)
+    inbox.close()  # as a killed process leaves it: no more writes
+    again = Inbox(path)
+    assert again.open() == [update(5, "m5"), update(7, "m7")]
+    assert again.holds(5) and again.holds(7)
+    assert lines(path) == [{"update": update(5, "m5")}, {"update": update(7, "m7")}]
+    again.finish(5)
+    again.finish(7)
+    again.close()
+    assert Inbox(path).open() == []
+    assert path.read_bytes() == b""  # nothing pending: truncated
+
+
+def test_finishing_twice_writes_one_done_line(tmp_path: Path) -> None:
+    """finish() of an update already finished, or never received, writes nothing."""
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    inbox.append(update(1))
+    inbox.finish(1)
+    inbox.finish(1)
+    inbox.finish(99)
+    inbox.close()
+    assert lines(path) == [{"update": update(1)}, {"done": 1}]
+
+
+def test_a_torn_last_line_and_a_corrupt_line_are_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line cut short by a kill, or garbage, costs only itself; the other entries are kept."""
+    path = tmp_path / "inbox.jsonl"
+    path.write_text(
+        json.dumps({"update": update(1)})
+        + "\n{not json\n"
+        + json.dumps([1, 2])
+        + "\n"
+        + json.dumps({"update": update(2)})
+        + "\n"
+        + json.dumps({"done": 2})
+        + "\n"
+        + json.dumps({"update": update(3)})[:20]  # torn: no closing brace, no newline
+    )
+    inbox = Inbox(path)
+    assert inbox.open() == [update(1)]
+    inbox.close()
+    warned = [r for r in caplog.records if "unreadable line" in r.getMessage()]
+    assert [r.getMessage().rsplit("=", 1)[1] for r in warned] == ["2", "3", "6"]
+
+
+def test_an_update_waiting_through_many_starts_is_never_dropped(tmp_path: Path) -> None:
+    """However many starts an update waits through (load, a crash loop), it stays journaled."""
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    inbox.append(update(1, "patient"))
+    inbox.close()
+    for _ in range(30):
+        restarted = Inbox(path)
+        assert restarted.open() == [update(1, "patient")]
+        restarted.close()  # killed again before finishing it
+
+
+def test_an_idle_journal_past_the_limit_is_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once nothing is pending and the file passed TRUNCATE_AT, it starts over; later lines count."""
+    monkeypatch.setattr(channels.telegram_inbox, "TRUNCATE_AT", 200)
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    inbox.append(update(1, "x" * 300))
+    inbox.append(update(2))
+    inbox.finish(1)
+    assert path.stat().st_size > 200  # update 2 is still pending: kept
+    inbox.finish(2)
+    assert path.read_bytes() == b""
+    inbox.append(update(3))
+    inbox.close()
+    assert Inbox(path).open() == [update(3)]
+
+
+def test_lone_surrogates_are_journaled_as_ascii(tmp_path: Path) -> None:
+    """Text with a lone surrogate is written (escaped) and read back as it was."""
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    inbox.append(update(1, "broken \ud800 text"))
+    inbox.close()
+    path.read_bytes().decode("ascii")
+    assert Inbox(path).open() == [update(1, "broken \ud800 text")]
+
+
+def test_open_twice_raises(tmp_path: Path) -> None:
+    """An inbox is opened once per run."""
+    inbox = Inbox(tmp_path / "inbox.jsonl")
+    inbox.open()
+    with pytest.raises(RuntimeError, match="already"):
+        inbox.open()
+    inbox.close()
