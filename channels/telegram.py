@@ -563,8 +563,9 @@ class TelegramChannel:
                 if failures >= SEND_ATTEMPTS or not _resendable(exc):
                     raise
                 delay = SEND_BACKOFF * 2 ** (failures - 1) * random.uniform(0.5, 1.0)
+                # Not "send failed": that line means the piece is given up.
                 log.warning(
-                    "telegram send failed chat_id=%s error=%s, trying again in %.1fs",
+                    "telegram send error, trying again chat_id=%s error=%s delay=%.1fs",
                     options["chat_id"],
                     exc,
                     delay,

@@ -671,7 +671,10 @@ async def test_an_update_the_sdk_cannot_parse_is_skipped(
 
 
 async def test_a_send_failing_once_with_a_5xx_is_retried(
-    fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake: FakeTelegram,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A 502 on sendMessage is tried again after a short backoff, and the reply arrives once."""
     monkeypatch.setattr(channels.telegram, "SEND_BACKOFF", 0.01)
@@ -682,6 +685,8 @@ async def test_a_send_failing_once_with_a_5xx_is_retried(
         await asyncio.sleep(0.1)  # room for a wrong second delivery to show up
     assert [c.status for c in fake.calls_to("sendMessage")] == [502, 200]
     assert [p["text"] for p in fake.sent()] == ["echo: hello"]
+    assert "trying again chat_id=42 error=Bad Gateway" in caplog.text
+    assert "telegram send failed" not in caplog.text  # that line means given up
 
 
 async def test_a_send_failing_with_5xx_every_time_is_given_up(
