@@ -858,3 +858,6 @@ async def test_webhook_mode_serves_updates_with_the_secret(
         [sent] = await fake.wait_sent(1)
     assert sent["text"] == "echo: via webhook"
     assert [m.text for m in handler.seen] == ["via webhook"]
+    # Journaled before the 200 went back to Telegram, like a polled update; then finished.
+    assert [r["update"]["update_id"] for r in journaled(tmp_path) if "update" in r] == [5000]
+    assert pending_ids(tmp_path) == set()
