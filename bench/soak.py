@@ -164,7 +164,7 @@ async def fault_run(
 
 async def _outcome(gateway: Gateway, message: str, before: int, kind: str, failed: int) -> str:
     """What reached the user: "answered", "told" (a short error reply) or "silent" (the send
-    failed for good and the log says so; memgate does not resend, see docs/reliability.md)."""
+    failed for good and the log says so; memgate does not resend a timed-out send, see docs/reliability.md)."""
     patience = 90.0 if kind == "llm-2mb-reply" else ANSWER_WITHIN
     deadline = time.monotonic() + patience
     while time.monotonic() < deadline:

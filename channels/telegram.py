@@ -416,7 +416,7 @@ class TelegramChannel:
             chat_id=str(target.chat_id),
             sender_id=str(user.id),
             text=body,
-            sender_name=_scrub(user.full_name),
+            sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
             media=tuple(media),
             is_group=message.chat.type in _GROUPS,
             mentioned=addressed,
@@ -507,7 +507,7 @@ class TelegramChannel:
         except ValueError:
             log.error("telegram cannot address reply chat_id=%s", message.chat_id)
             return
-        pieces = await asyncio.to_thread(render_pieces, _scrub(message.text))
+        pieces = await asyncio.to_thread(render_pieces, message.text)  # scrubbed by OutboundMessage
         # One reply's pieces go out together, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
             for index, piece in enumerate(pieces):
@@ -777,15 +777,6 @@ def _utf16_cut(text: str, spans: list[tuple[int, int]]) -> str:
     for offset, length in sorted(spans, reverse=True):
         data = data[: offset * 2] + data[(offset + length) * 2 :]
     return data.decode("utf-16-le", errors="replace")
-
-
-def _scrub(text: str) -> str:
-    """`text` with lone surrogates replaced by U+FFFD (valid text is returned as it is)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _utf16(text).decode("utf-16-le", errors="replace")
-    return text
 
 
 def _safe_name(name: str) -> str:
