@@ -229,7 +229,9 @@ async def test_failure_counts_are_per_session(
     for chat in ("1", "2"):
         for _ in range(2):
             fake_llm.push(error(503, "busy"), match=for_chat(chat))
-    async with make_runtime({"memory": {"window": 4}}) as runtime:
+    # One worker: two sessions consolidating at once would each see the other's MEMORY.md write
+    # and merge again (by design), which would blur the request count this test is about.
+    async with make_runtime({"memory": {"window": 4, "workers": 1}}) as runtime:
         no_retry_delay(runtime)
         await turns(runtime, 2, "1")
         await turns(runtime, 2, "2")
