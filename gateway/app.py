@@ -19,7 +19,7 @@ from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError
 from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
-from gateway.provider import ChatProvider, OpenAIProvider
+from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider
 from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
@@ -95,6 +95,27 @@ def ensure_workspace(config: Config) -> MemoryFiles:
 
 
 @asynccontextmanager
+async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
+    """Memory search on the workspace, semantic too when `memory.embeddings` is set."""
+    async with AsyncExitStack() as stack:
+        settings = config.memory.embeddings
+        if settings is None:
+            search = MemorySearch(config.workspace, config.tz)
+        else:
+            embedder = OpenAIEmbedder(
+                base_url=settings.base_url,
+                api_key=settings.api_key,
+                model=settings.model,
+                timeout=settings.timeout,
+            )
+            stack.push_async_callback(embedder.close)
+            weights = (settings.vector_weight, settings.keyword_weight)
+            search = MemorySearch(config.workspace, config.tz, embedder=embedder, weights=weights)
+        stack.push_async_callback(search.aclose)
+        yield search
+
+
+@asynccontextmanager
 async def open_runtime(
     config: Config, provider: ChatProvider | None = None
 ) -> AsyncIterator[Runtime]:
@@ -124,8 +145,7 @@ async def open_runtime(
         group_tools = ToolRegistry()
         for tool in WorkspaceFiles(config.workspace, hidden=("memory", "sessions")).tools():
             group_tools.add(tool)
-        search = MemorySearch(config.workspace, config.tz)
-        stack.push_async_callback(search.aclose)
+        search = await stack.enter_async_context(open_search(config))
         for name, description, parameters, run in search_tools(search):
             tools.add(Tool(name, description, parameters, run))
         consolidator = Consolidator(

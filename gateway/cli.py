@@ -31,7 +31,7 @@ from gateway.logs import configure_logging
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
 from memory.files import MEMORY_TEMPLATE, MemoryFiles
-from memory.search import MemorySearch, format_hits, terminal_progress
+from memory.search import format_hits, terminal_progress
 
 EX_CONFIG = 78
 
@@ -181,13 +181,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 async def _search(config: Config, query: str, limit: int, rebuild: bool) -> int:
     """Print the best hits; the index is built or brought up to date first (progress on a tty)."""
-    search = MemorySearch(config.workspace, config.tz)
+    from gateway.app import open_search
+
+    configure_logging("WARNING", config.secrets())  # an embeddings failure is worth a line
     progress = terminal_progress(sys.stderr) if sys.stderr.isatty() else None
-    try:
+    async with open_search(config) as search:
         await (search.rebuild(progress) if rebuild else search.refresh(progress))
         hits = await search.search(query, limit)
-    finally:
-        await search.aclose()
     print(format_hits(hits, color=sys.stdout.isatty()) if hits else f"no matches for {query!r}")
     return 0
 

@@ -37,6 +37,17 @@ class LLMConfig(_Section):
         return self.context_window - self.max_tokens - 1024
 
 
+class EmbeddingsConfig(_Section):
+    """An OpenAI-compatible embeddings endpoint for semantic memory search."""
+
+    base_url: str
+    api_key: str = ""
+    model: str = "text-embedding-3-small"
+    vector_weight: float = Field(0.7, ge=0, le=1)
+    keyword_weight: float = Field(0.3, ge=0, le=1)
+    timeout: float = Field(30, gt=0)  # seconds for one embeddings request
+
+
 class MemoryConfig(_Section):
     window: int = Field(100, ge=4)
     consolidate_at: float = Field(0.75, gt=0, le=1)
@@ -46,6 +57,7 @@ class MemoryConfig(_Section):
     max_history_messages: int = Field(0, ge=0)
     groups: Literal["private", "shared"] = "private"
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
+    embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
 
 
 class AgentConfig(_Section):
@@ -133,6 +145,7 @@ class Config(_Section):
         """Every secret value in this config, for log redaction."""
         values = [self.llm.api_key, self.channels.telegram.token, self.channels.discord.token]
         values.append(self.channels.telegram.webhook_secret or "")
+        values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         return [v for v in values if len(v) >= 6]
 
 
@@ -249,6 +262,9 @@ def _check_relations(config: Config, path: Path) -> None:
             memory.consolidate_to,
             f"must be below memory.consolidate_at ({memory.consolidate_at})",
         )
+    embeddings = memory.embeddings
+    if embeddings is not None and embeddings.vector_weight + embeddings.keyword_weight == 0:
+        fail("memory.embeddings.vector_weight", 0, "and keyword_weight cannot both be 0")
     for name, var in (("telegram", "TELEGRAM_BOT_TOKEN"), ("discord", "DISCORD_BOT_TOKEN")):
         channel = getattr(config.channels, name)
         if channel.enabled and not channel.token:

@@ -1,7 +1,9 @@
-"""The chat model behind the agent: the `ChatProvider` seam and its OpenAI-SDK implementation.
+"""The models behind the agent: the `ChatProvider` seam, its OpenAI-SDK implementation, and the
+embeddings client that memory search uses when `memory.embeddings` is configured.
 
-This is the only module that imports `openai`; its exceptions are translated here into
-`gateway.errors.LLMError` subclasses, chained with `from exc`.
+This is the only module that imports `openai`; its exceptions are translated here, chained with
+`from exc`: into `gateway.errors.LLMError` subclasses for chat, into memory's `EmbeddingError` for
+embeddings (which the search catches, falling back to keywords).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gateway.errors import (
     LLMStatusError,
     LLMTimeoutError,
 )
+from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,37 @@ class OpenAIProvider:
         except (openai.OpenAIError, ValueError) as exc:
             raise LLMError(f"unusable answer from the model: {exc}") from exc
         return _to_response(completion)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class OpenAIEmbedder:
+    """memory's `Embedder` through the openai SDK against any OpenAI-compatible embeddings endpoint."""
+
+    def __init__(self, *, base_url: str, api_key: str, model: str, timeout: float = 30) -> None:
+        self.model = model
+        self._timeout = timeout
+        # No retries: a failed call costs one query its vectors, not the search; the next one retries.
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
+        )
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        try:
+            async with asyncio.timeout(self._timeout):
+                # "float" explicitly: the SDK's default (base64) is not served by every server.
+                answer = await self._client.embeddings.create(
+                    model=self.model, input=texts, encoding_format="float"
+                )
+        except TimeoutError as exc:
+            raise EmbeddingError(f"no answer within {self._timeout:.0f}s") from exc
+        except openai.APIStatusError as exc:
+            raise EmbeddingError(_status_text(exc)) from exc
+        except (openai.OpenAIError, ValueError) as exc:  # connection errors, unparseable answers
+            raise EmbeddingError(f"{type(exc).__name__}: {exc}") from exc
+        ordered = sorted(answer.data, key=lambda item: item.index)
+        return [list(item.embedding) for item in ordered]
 
     async def close(self) -> None:
         await self._client.close()

@@ -4,7 +4,8 @@ MemoryStoreError
 ├── TokenizerError        no tokenizer vocabulary could be loaded (never a silent 0)
 ├── VersionNotFoundError  `memory restore` named a version that does not exist
 ├── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
-└── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
+├── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
+└── EmbeddingError        the embeddings endpoint failed or answered nonsense (search falls back)
 """
 
 from __future__ import annotations
@@ -32,3 +33,7 @@ class ModelCallError(MemoryStoreError):
 
 class SearchPathError(MemoryStoreError):
     """memory_get refused a path: absolute, with `..`, leading outside memory/ or sessions/, or missing."""
+
+
+class EmbeddingError(MemoryStoreError):
+    """An `Embedder` could not turn texts into vectors; search goes on with keywords alone."""

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the vectors table
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 _CORRUPT = {11, 26}  # SQLITE_CORRUPT (and its extended codes), SQLITE_NOTADB
 _SCHEMA = f"""
@@ -45,6 +45,7 @@ CREATE TABLE entries(
 );
 CREATE INDEX entries_by_file ON entries(file_id, pos);
 CREATE VIRTUAL TABLE fts USING fts5(body, tokenize='{TOKENIZER}');
+CREATE TABLE vectors(id INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL);
 """
 
 T = TypeVar("T")

@@ -36,11 +36,12 @@ Progress = Callable[[int, int], None]
 class Match:
     """One indexed entry that matched, before formatting."""
 
+    id: int  # the entry's row id, shared by entries, fts and vectors
     path: str
     line: int
     ts: float | None
     kind: str
-    score: float  # -bm25: higher is better
+    score: float  # -bm25 (blended with vector similarity by MemorySearch): higher is better
     highlighted: str
 
 
@@ -49,6 +50,7 @@ class RefreshStats:
     files: int = 0  # files (re)indexed
     added: int = 0  # entries written
     removed: int = 0  # entries dropped
+    embedded: int = 0  # entries given a vector (MemorySearch with an embedder)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,26 @@ class SearchIndex:
             found = self._match(conn, query.strict, pool)
             if not found and query.loose:
                 found = self._match(conn, query.loose, pool)
-            return _tie_break(found)[:limit]
+            return tie_break(found)[:limit]
 
         return self.db.run(work)
+
+    def describe(self, ids: list[int]) -> list[Match]:
+        """The entries with these ids as unhighlighted matches (score 0), for vector-only hits."""
+
+        def work(conn: sqlite3.Connection) -> list[Match]:
+            marks = ",".join("?" * len(ids))
+            rows = conn.execute(
+                "SELECT e.id, f.path, e.line, e.ts, e.kind, fts.body FROM entries e"
+                " JOIN files f ON f.id = e.file_id JOIN fts ON fts.rowid = e.id"
+                f" WHERE e.id IN ({marks})",
+                ids,
+            )
+            return [
+                Match(i, path, line, ts, kind, 0.0, body) for i, path, line, ts, kind, body in rows
+            ]
+
+        return self.db.run(work) if ids else []
 
     def stats(self) -> tuple[int, int]:
         """(entries, files) currently indexed."""
@@ -210,6 +229,11 @@ class SearchIndex:
     @staticmethod
     def _drop_entries(conn: sqlite3.Connection, file_id: int, offset: int) -> int:
         where = "file_id = ? AND pos >= ?"
+        # Row ids are reused by later entries, so an entry's vector goes with it.
+        conn.execute(
+            f"DELETE FROM vectors WHERE id IN (SELECT id FROM entries WHERE {where})",
+            (file_id, offset),
+        )
         conn.execute(
             f"DELETE FROM fts WHERE rowid IN (SELECT id FROM entries WHERE {where})",
             (file_id, offset),
@@ -246,7 +270,7 @@ class SearchIndex:
         for rowid, rank, text in ranked:
             if rowid in details:
                 path, line, ts, kind = details[rowid]
-                matches.append(Match(path, line, ts, kind, -rank, text))
+                matches.append(Match(rowid, path, line, ts, kind, -rank, text))
         return matches
 
 
@@ -257,8 +281,8 @@ def _row(values: tuple[Any, ...]) -> _Indexed:
     )
 
 
-def _tie_break(matches: list[Match]) -> list[Match]:
-    """BM25 order; scores equal to three significant digits go newest first."""
+def tie_break(matches: list[Match]) -> list[Match]:
+    """Score order; scores equal to three significant digits go newest first."""
     return sorted(matches, key=lambda m: (-float(f"{m.score:.3g}"), -(m.ts or 0.0)))
 
 

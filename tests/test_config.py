@@ -87,3 +87,23 @@ def test_chat_without_config_or_terminal_exits_78(tmp_path: Path) -> None:
     result = run_memgate("chat", "-m", "hi", env=env)
     assert result.returncode == 78
     assert "llm.api_key" in result.stderr and "OPENAI_API_KEY" in result.stderr
+
+
+def test_embeddings_section_defaults_secret_and_weights(tmp_path: Path) -> None:
+    """memory.embeddings: defaults fill in, its api_key is redacted, both weights 0 is refused."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "memory:\n  embeddings:\n    base_url: http://x/v1\n    api_key: ${EMBED_KEY}\n"
+    )
+    config = load_config(path, env={"EMBED_KEY": "sk-embed-123"})
+    embeddings = config.memory.embeddings
+    assert embeddings is not None and embeddings.model == "text-embedding-3-small"
+    assert (embeddings.vector_weight, embeddings.keyword_weight) == (0.7, 0.3)
+    assert "sk-embed-123" in config.secrets()
+    assert load_config(tmp_path / "missing.yaml", env={}).memory.embeddings is None
+    path.write_text(
+        "memory:\n  embeddings:\n    base_url: http://x/v1\n"
+        "    vector_weight: 0\n    keyword_weight: 0\n"
+    )
+    with pytest.raises(ConfigError, match=r"memory\.embeddings\.vector_weight"):
+        load_config(path, env={})

@@ -3,15 +3,20 @@
 It records every request and answers from a script: text, tool calls, HTTP errors, delays, calls held
 open until the test releases them, and streaming. With no script it echoes the last user message, so
 `python -m tests.fakes.llm --port 8000` gives a new user something to point `memgate chat` at.
+`/v1/embeddings` answers with vectors computed from the input text itself (see `embed_text`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import itertools
 import json
+import re
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +73,38 @@ def consolidation_reply(body: dict[str, Any]) -> Reply:
     return tool_call("save_memory", arguments)
 
 
+EMBEDDING_DIMS = 64
+# Words that mean the same thing share a dimension of their own, as a real embedding model places
+# them close together: this is what lets a test find "car" by asking for "automobile". Every other
+# word is hashed into the remaining dimensions.
+SYNONYMS = {
+    "car": "car",
+    "cars": "car",
+    "automobile": "car",
+    "vehicle": "car",
+    "doctor": "doctor",
+    "physician": "doctor",
+    "dog": "dog",
+    "canine": "dog",
+}
+_CONCEPTS = {concept: dim for dim, concept in enumerate(sorted(set(SYNONYMS.values())))}
+
+
+def embed_text(text: str) -> list[float]:
+    """A bag of lower-cased words counted in EMBEDDING_DIMS dimensions, synonyms folded together."""
+    vector = [0.0] * EMBEDDING_DIMS
+    for word in re.findall(r"\w+", text.lower()):
+        if word in SYNONYMS:
+            dim = _CONCEPTS[SYNONYMS[word]]
+        else:
+            digest = hashlib.sha1(word.encode(), usedforsecurity=False).digest()
+            dim = len(_CONCEPTS) + int.from_bytes(digest[:4], "big") % (
+                EMBEDDING_DIMS - len(_CONCEPTS)
+            )
+        vector[dim] += 1.0
+    return vector
+
+
 @dataclass
 class Step:
     """One scripted answer; `hold` keeps the request open until the event is set."""
@@ -88,6 +125,8 @@ class FakeLLM:
     delay: float = 0.0
     url: str = ""
     in_flight: int = 0
+    embedding_requests: list[dict[str, Any]] = field(default_factory=list)
+    embedding_error: Reply | None = None  # e.g. error(500): every embeddings request fails
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
 
@@ -229,12 +268,37 @@ class FakeLLM:
         await response.write_eof()
         return response
 
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's embeddings endpoint: float lists, or base64 float32 as the SDK asks by default."""
+        body = await request.json()
+        body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
+        self.embedding_requests.append(body)
+        if self.embedding_error is not None:
+            return await self._respond(request, body, self.embedding_error)
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for index, item in enumerate(texts):
+            vector: Any = embed_text(item)
+            if body.get("encoding_format") == "base64":
+                vector = base64.b64encode(array("f", vector).tobytes()).decode()
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        tokens = sum(len(item.split()) for item in texts)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", "fake"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_get("/v1/models", self.models)
         return app
 
