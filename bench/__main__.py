@@ -55,8 +55,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"message window; it consolidates when its token estimate reaches its budget, so its "
         f"context window is set to its own fixed prompt + max_tokens + 1024 + "
         f"{f.NANOBOT_MARGIN} tokens. The fake holds the first consolidation call "
-        f"{f.HOLD_SECONDS:.0f} s; the next turn of the same chat is timed against the median of "
-        f"the chat's earlier turns (the first left out).",
+        f"{f.HOLD_SECONDS:.0f} s; the chat's next turns, up to {f.HELD_SAMPLES} while the call "
+        f"is still held, are timed against the same turns of a twin chat played in lockstep in "
+        f"the same process by a second instance where nothing consolidates (memgate window "
+        f"1000, nanobot's default 128,000-token window).",
         "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (nanobot streams its reply, "
         "memgate does not), after one untimed run that creates the workspace files.",
         f"- e: `ru_maxrss` of the driver process, which imports the system and its CLI module; "

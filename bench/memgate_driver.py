@@ -94,12 +94,16 @@ async def _prewrite(workspace: Path, key: str, count: int) -> None:
 
 
 async def held(run: Run) -> dict[str, Any]:
-    """Figure c: reply latency while this chat's consolidation call is held at the fake."""
+    """Figure c: reply latency while this chat's consolidation call is held at the fake, against
+    the same chat on a second memgate (window 1000: nothing consolidates) in this process."""
     control = FakeControl(run.llm)
-    memory = {"window": run.params["window"]}
-    async with memgate(run, "c", memory=memory) as (_, ask):
+    async with (
+        memgate(run, "c", memory={"window": run.params["window"]}) as (_, ask),
+        memgate(run, "c-plain", memory={"window": 1000}) as (_, plain),
+    ):
         await workloads.warm_up(ask)
-        return await workloads.until_held(ask, control, run.params["hold"], max_turns=40)
+        await workloads.warm_up(plain)
+        return await workloads.until_held(ask, plain, control, run.params["hold"], max_turns=40)
 
 
 async def rss(run: Run) -> dict[str, Any]:

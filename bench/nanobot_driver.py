@@ -147,7 +147,8 @@ async def history(run: Run) -> dict[str, Any]:
 
 
 async def held(run: Run) -> dict[str, Any]:
-    """Figure c: reply latency while this chat's consolidation call is held at the fake.
+    """Figure c: reply latency while this chat's consolidation call is held at the fake, against
+    the same chat on a second nanobot (its default window: nothing consolidates) in this process.
 
     nanobot 0.1.4.post6 has no message-count window: it consolidates when its token estimate of
     the chat's prompt reaches its budget. The context window is set so that this happens after a
@@ -160,9 +161,13 @@ async def held(run: Run) -> dict[str, Any]:
     window = fixed + run.params["max_tokens"] + 1024 + run.params["margin"]
     control = FakeControl(run.llm)
     config = {"context_window": window, "max_tokens": run.params["max_tokens"]}
-    async with nanobot(run, "c", **config) as (_, ask):
+    async with (
+        nanobot(run, "c", **config) as (_, ask),
+        nanobot(run, "c-plain") as (_, plain),  # its default window: nothing consolidates
+    ):
         await workloads.warm_up(ask)
-        result = await workloads.until_held(ask, control, run.params["hold"], max_turns=40)
+        await workloads.warm_up(plain)
+        result = await workloads.until_held(ask, plain, control, run.params["hold"], max_turns=40)
     return {**result, "context_window": window}
 
 

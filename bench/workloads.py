@@ -71,25 +71,37 @@ def history_messages(count: int) -> list[dict[str, Any]]:
     return messages
 
 
-async def until_held(ask: Ask, control: FakeControl, hold: float, max_turns: int) -> dict[str, Any]:
-    """Figure c: chat until a consolidation call is held at the fake, then time one more turn.
+async def until_held(
+    ask: Ask, plain: Ask, control: FakeControl, hold: float, max_turns: int, samples: int = 5
+) -> dict[str, Any]:
+    """Figure c: the same chat played in lockstep on two instances of one system in one process:
+    `ask` consolidates after a few turns, `plain` never does (its window is too large).
 
-    Turns sent while no consolidation is in flight are the baseline (the first is left out: it
-    creates the session). After each reply we give the system 300 ms to start consolidating.
+    After each pair of turns the systems get 300 ms to start consolidating. Once `ask`'s call is
+    held at the fake, up to `samples` further turns are timed on both, as long as the call is
+    still held (a system that waits for it gets one). Same process, same moment, same prompts:
+    only the held consolidation differs.
     """
     await asyncio.to_thread(control.hold_next_consolidation, hold)
-    idle: list[float] = []
     for turn in range(max_turns):
-        started = now_ms()
         await ask("held", message_text(turn, 60))
-        elapsed = now_ms() - started
+        await plain("held", message_text(turn, 60))
         if await _consolidation_held(control, within=0.3):
-            started = now_ms()
-            await ask("held", message_text(turn + 1, 60))
-            return {"idle_ms": idle, "held_ms": now_ms() - started, "trigger_turn": turn + 1}
-        if turn > 0:
-            idle.append(elapsed)
+            held: list[float] = []
+            baseline: list[float] = []
+            for index in range(turn + 1, turn + 1 + samples):
+                if held and not (await asyncio.to_thread(control.stats))["held"]:
+                    break
+                held.append(await _timed(ask, message_text(index, 60)))
+                baseline.append(await _timed(plain, message_text(index, 60)))
+            return {"held_ms": held, "plain_ms": baseline, "held_turn": turn + 2}
     raise RuntimeError(f"no consolidation started within {max_turns} turns")
+
+
+async def _timed(ask: Ask, text: str) -> float:
+    started = now_ms()
+    await ask("held", text)
+    return now_ms() - started
 
 
 async def _consolidation_held(control: FakeControl, within: float) -> bool:
