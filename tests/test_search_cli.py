@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 
+from memory.files import MemoryFiles
+from tests.fakes.llm import FakeLLM, error
 from tests.test_cli import memgate
 from tests.test_search import line_of, write_corpus
+from tests.test_search_vectors import CAR
 
 
 async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) -> None:
@@ -29,3 +33,24 @@ async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) ->
     assert len(out.splitlines()) == 1
     code, out, _ = await memgate("memory", "search", "--rebuild", "xylophone", home=home, env=env)
     assert code == 0 and "no matches" in out
+
+
+async def test_memory_search_with_embeddings(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """With memory.embeddings the CLI finds by meaning; a failing endpoint leaves keyword hits."""
+    workspace = tmp_path / "workspace"
+    await write_corpus(workspace)
+    MemoryFiles(workspace, UTC).append_history(CAR)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"workspace: {workspace}\nllm:\n  api_key: unused\nmemory:\n  embeddings:\n"
+        f"    base_url: {fake_llm.url}\n    api_key: sk-cli-embed-key-42\n"
+    )
+    args = ("memory", "search", "--config", str(config), "-n", "3")
+    code, out, err = await memgate(*args, "automobile", home=tmp_path / "home")
+    assert code == 0, err
+    assert "old car to a colleague" in out
+    assert {r["model"] for r in fake_llm.embedding_requests} == {"text-embedding-3-small"}
+    fake_llm.embedding_error = error(500, "embedder down")
+    code, out, err = await memgate(*args, "Kyoto", home=tmp_path / "home")
+    assert code == 0 and out.startswith("memory/HISTORY.md:") and "«Kyoto»" in out
+    assert "embedder down" in err and "sk-cli-embed-key-42" not in err
