@@ -8,6 +8,7 @@ one per-message error boundary: it logs the traceback and answers with a short a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class AgentLoop:
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
+        self._fixed_counts: dict[str, int] = {}
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(self, message: InboundMessage) -> OutboundMessage | None:
@@ -207,8 +209,8 @@ class AgentLoop:
         system = await self.context.system_prompt(include_memory=include_memory)
         current = {"role": "user", "content": self.context.user_content(message)}
         schemas = tools.schemas()
-        system_tokens = await self.counter.count_async(system) + MESSAGE_OVERHEAD
-        fixed = system_tokens + self.counter.count_tools(schemas)
+        system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
+        fixed = system_tokens + await self._count_fixed(json.dumps(schemas, ensure_ascii=False))
         fixed += self.counter.count_message(current)
         available = self.config.llm.budget - fixed
         if available < 0:
@@ -284,6 +286,16 @@ class AgentLoop:
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
             )
         return step
+
+    async def _count_fixed(self, text: str) -> int:
+        """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""
+        cached = self._fixed_counts.get(text)
+        if cached is None:
+            cached = await self.counter.count_async(text)
+            if len(self._fixed_counts) > 16:
+                self._fixed_counts.clear()
+            self._fixed_counts[text] = cached
+        return cached
 
     # -- per-session ordering ----------------------------------------------------------------------
     def _session_lock(self, key: str) -> _SessionLock:

@@ -7,6 +7,7 @@ Only this module and the CLI import everything; tests build the same runtime thr
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -115,6 +116,19 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
         yield search
 
 
+def make_provider(config: Config) -> OpenAIProvider:
+    llm = config.llm
+    return OpenAIProvider(
+        base_url=llm.base_url,
+        api_key=llm.api_key,
+        model=llm.model,
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+    )
+
+
 @asynccontextmanager
 async def open_runtime(
     config: Config, provider: ChatProvider | None = None
@@ -126,18 +140,15 @@ async def open_runtime(
         lock.acquire()
         stack.callback(lock.release)
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
+        summarizer: ChatProvider
         if provider is None:
-            openai_provider = OpenAIProvider(
-                base_url=config.llm.base_url,
-                api_key=config.llm.api_key,
-                model=config.llm.model,
-                timeout=config.llm.timeout,
-                max_retries=config.llm.max_retries,
-                temperature=config.llm.temperature,
-                max_tokens=config.llm.max_tokens,
-            )
-            stack.push_async_callback(openai_provider.close)
-            provider = openai_provider
+            # Two clients, two connection pools: a consolidation call held open for minutes
+            # never takes the warm connection a reply is about to need.
+            provider, summarizer = (make_provider(config), make_provider(config))
+            stack.push_async_callback(provider.close)
+            stack.push_async_callback(summarizer.close)
+        else:
+            summarizer = provider
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         tools = ToolRegistry()
         for tool in WorkspaceFiles(config.workspace).tools():
@@ -152,7 +163,7 @@ async def open_runtime(
             sessions,
             memory,
             counter,
-            ProviderSummaryModel(provider),
+            ProviderSummaryModel(summarizer),
             consolidation_settings(config),
             config.tz,
         )
@@ -185,4 +196,7 @@ async def open_runtime(
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
+        # Everything built so far lives as long as the process: keep it out of the cyclic
+        # collector's full passes (a first large session load would otherwise walk it all).
+        gc.freeze()
         yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)
