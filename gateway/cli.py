@@ -68,15 +68,15 @@ def first_run(path: Path) -> None:
     api_key = getpass.getpass(f"API key {hint}: ").strip()
     model = input("Model [gpt-4o-mini]: ").strip()
     text = render_config(
-        workspace=default_workspace()
-        if not os.environ.get("MEMGATE_HOME")
-        else memgate_home() / "workspace",
+        workspace=default_workspace(),
         base_url=base_url or "https://api.openai.com/v1",
         api_key=api_key or ("${OPENAI_API_KEY}" if env_key else ""),
         model=model or "gpt-4o-mini",
     )
     write_private(path, text)
-    print(f"\nWrote {path} (readable only by you). Edit it any time.\n")
+    write_templates(default_workspace())
+    print(f"\nWrote {path} (readable only by you) and the workspace {default_workspace()}.")
+    print("Edit AGENTS.md, SOUL.md and USER.md there to shape the assistant.\n")
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -93,7 +93,20 @@ def cmd_init(args: argparse.Namespace) -> int:
         write_private(path, render_config(workspace=default_workspace()))
         created.append(path)
     config = load_config(path, env={**os.environ, "OPENAI_API_KEY": "unset"})
-    workspace = config.workspace
+    new, old = write_templates(config.workspace)
+    created += new
+    kept += old
+    for item in created:
+        print(f"created  {item}")
+    for item in kept:
+        print(f"kept     {item} (already there)")
+    print(f"\nNext: set llm.api_key in {path} (or export OPENAI_API_KEY), then `memgate chat`.")
+    return 0
+
+
+def write_templates(workspace: Path) -> tuple[list[Path], list[Path]]:
+    """Write the workspace templates that are missing; return (created, kept)."""
+    created, kept = [], []
     files = {**WORKSPACE_FILES, "memory/MEMORY.md": MEMORY_TEMPLATE}
     for name, text in files.items():
         target = workspace / name
@@ -105,12 +118,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         created.append(target)
     for sub in ("sessions", "media"):
         (workspace / sub).mkdir(parents=True, exist_ok=True)
-    for item in created:
-        print(f"created  {item}")
-    for item in kept:
-        print(f"kept     {item} (already there)")
-    print(f"\nNext: set llm.api_key in {path} (or export OPENAI_API_KEY), then `memgate chat`.")
-    return 0
+    return created, kept
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.fakes.llm import FakeLLM, text
@@ -102,3 +106,55 @@ async def test_memory_consolidate_command(tmp_path: Path, fake_llm: FakeLLM) -> 
     assert code == 0 and "consolidated 2 session(s)" in out
     code, _, err = await memgate("memory", "consolidate", "--session", "nope:1", home=home, env=env)
     assert code == 1 and "no session 'nope:1'" in err
+
+
+async def test_first_run_asks_on_a_terminal_and_goes_on(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """With no config, `memgate chat` on a terminal asks endpoint, key and model, then answers."""
+    home = tmp_path / "home"
+    answers = [("endpoint", fake_llm.url), ("API key", "sk-first-run-key-123456"), ("Model", "")]
+    env = {**os.environ, "MEMGATE_HOME": str(home), "OPENAI_API_KEY": ""}
+    code, output = await asyncio.to_thread(converse, ["chat", "-m", "hello there"], answers, env)
+    assert code == 0, output
+    assert "echo: hello there" in output
+    config = (home / "config.yaml").read_text()
+    assert fake_llm.url in config and "model: gpt-4o-mini" in config
+    assert oct((home / "config.yaml").stat().st_mode & 0o777) == "0o600"
+    assert (home / "workspace" / "SOUL.md").is_file()
+
+
+def converse(
+    args: list[str], answers: list[tuple[str, str]], env: dict[str, str]
+) -> tuple[int, str]:
+    """Run memgate on a pseudo-terminal, answering each prompt when it appears."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,  # no controlling terminal: getpass reads the pty on stdin
+    )
+    os.close(slave)
+    output, pending = "", list(answers)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk.decode(errors="replace")
+            if pending and pending[0][0] in output.rsplit("\n", 1)[-1]:
+                os.write(master, pending.pop(0)[1].encode() + b"\n")
+            if process.poll() is not None and not ready:
+                break
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+    return process.wait(), output
