@@ -84,6 +84,8 @@ class OpenAIProvider:
         )
         # The SDK bounds each attempt; this bounds all attempts together.
         self._deadline = timeout * (max_retries + 1) + 10
+        self._limit_key = "max_tokens"
+        self._send_temperature = True
 
     async def chat(
         self,
@@ -91,16 +93,44 @@ class OpenAIProvider:
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
     ) -> ChatResponse:
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-        }
-        if tools:
-            kwargs["tools"] = tools
-            if tool_choice is not None:
-                kwargs["tool_choice"] = tool_choice
+        for attempt in range(3):  # at most one adaptation per refused parameter
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+            kwargs[self._limit_key] = self.max_tokens
+            if self._send_temperature:
+                kwargs["temperature"] = self.temperature
+            if tools:
+                kwargs["tools"] = tools
+                if tool_choice is not None:
+                    kwargs["tool_choice"] = tool_choice
+            try:
+                return await self._post(kwargs)
+            except LLMStatusError as exc:
+                if attempt == 2 or not self._adapt(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _adapt(self, exc: LLMStatusError) -> bool:
+        """Learn from a 400 that names a parameter this model refuses; True to try again.
+
+        OpenAI's reasoning models (o1, o3, gpt-5…) refuse `max_tokens` in favour of
+        `max_completion_tokens`, and any temperature but the default; most other compatible
+        servers want `max_tokens`. Rather than guess from model names, switch once when told.
+        """
+        text = str(exc)
+        if exc.status != 400:
+            return False
+        if "max_tokens" in text and "max_completion_tokens" in text:
+            self._limit_key = (
+                "max_completion_tokens" if self._limit_key == "max_tokens" else "max_tokens"
+            )
+        elif "temperature" in text and self._send_temperature:
+            self._send_temperature = False
+        else:
+            return False
+        log.warning("model refused a parameter; adapting model=%s error=%s", self.model, text)
+        return True
+
+    async def _post(self, kwargs: dict[str, Any]) -> ChatResponse:
         try:
             async with asyncio.timeout(self._deadline):
                 # The SDK's generic `post` (its documented way to call any endpoint) sends our

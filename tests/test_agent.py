@@ -275,3 +275,27 @@ async def test_a_replayed_message_is_stored_once(runtime: Runtime, fake_llm: Fak
     users = [m for m in session_lines(runtime) if m.get("role") == "user"]
     assert [u["message_id"] for u in users] == ["m-1"]
     assert len(fake_llm.chat_requests()) == 1
+
+
+async def test_reasoning_model_parameters_are_learned_from_a_400(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A model refusing max_tokens or temperature is retried once with what it accepts."""
+    fake_llm.push(
+        error(
+            400,
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+        )
+    )
+    fake_llm.push(
+        error(400, "Unsupported value: 'temperature' does not support 0.7 with this model.")
+    )
+    reply = await runtime.agent.handle(inbound("hello"))
+    assert reply is not None and reply.text == "echo: hello"
+    first, second, third = fake_llm.chat_requests()
+    assert "max_tokens" in first and "max_completion_tokens" not in first
+    assert "max_completion_tokens" in second and "temperature" in second
+    assert "max_completion_tokens" in third and "temperature" not in third
+    await runtime.agent.handle(inbound("again"))
+    assert "max_completion_tokens" in fake_llm.chat_requests()[-1]
