@@ -189,20 +189,26 @@ class AgentLoop:
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
         session = await self.sessions.get(message.key)
-        if message.message_id and _already_stored(session, message.message_id):
-            # A channel replaying its inbox after a crash: the message is kept already.
+        stored = _stored_at(session, message.message_id) if message.message_id else None
+        if stored is not None and stored != len(session.messages) - 1:
+            # A channel replaying its inbox after a crash, and this message was answered (or its
+            # turn got under way) before: it is kept, and answering again would repeat ourselves.
             log.info("skipping replayed message session=%s", message.key)
             return None
-        user: dict[str, Any] = {"role": "user", "content": message.text}
-        if message.sender_id:
-            user["sender"] = message.sender_id
-        if message.sender_name:
-            user["sender_name"] = message.sender_name
-        if message.message_id:
-            user["message_id"] = message.message_id
-        if message.is_group:
-            session.group = True
-        await self.sessions.add_messages(session, [user])
+        if stored is not None:
+            # Stored, then the process died before any answer: answer it now, storing it once.
+            log.info("answering a message interrupted by a restart session=%s", message.key)
+        else:
+            user: dict[str, Any] = {"role": "user", "content": message.text}
+            if message.sender_id:
+                user["sender"] = message.sender_id
+            if message.sender_name:
+                user["sender_name"] = message.sender_name
+            if message.message_id:
+                user["message_id"] = message.message_id
+            if message.is_group:
+                session.group = True
+            await self.sessions.add_messages(session, [user])
 
         include_memory = not message.is_group or self.config.memory.groups == "shared"
         tools = self.tools if include_memory else self.group_tools
@@ -305,9 +311,14 @@ class AgentLoop:
 _REPLAY_WINDOW = 200  # messages searched for a replayed message id
 
 
-def _already_stored(session: Session, message_id: str) -> bool:
-    tail = session.messages[-_REPLAY_WINDOW:]
-    return any(m.get("role") == "user" and m.get("message_id") == message_id for m in tail)
+def _stored_at(session: Session, message_id: str) -> int | None:
+    """Index of the user message carrying this channel message id, among the recent ones."""
+    start = max(0, len(session.messages) - _REPLAY_WINDOW)
+    for index in range(len(session.messages) - 1, start - 1, -1):
+        message = session.messages[index]
+        if message.get("role") == "user" and message.get("message_id") == message_id:
+            return index
+    return None
 
 
 def _for_storage(message: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -299,3 +300,23 @@ async def test_reasoning_model_parameters_are_learned_from_a_400(
     assert "max_completion_tokens" in third and "temperature" not in third
     await runtime.agent.handle(inbound("again"))
     assert "max_completion_tokens" in fake_llm.chat_requests()[-1]
+
+
+async def test_a_replayed_message_killed_before_its_answer_is_answered_once(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A replay of a message stored but never answered (the process died) is answered now."""
+    hold = asyncio.Event()
+    fake_llm.push(text("lost with the process"), hold=hold)
+    turn = asyncio.ensure_future(runtime.agent.handle(inbound("are you there?", message_id="m-9")))
+    await fake_llm.wait_for_requests(1)
+    turn.cancel()  # the process dies mid-turn: the user line is on disk, no answer is
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    hold.set()
+    reply = await runtime.agent.handle(inbound("are you there?", message_id="m-9"))
+    assert reply is not None and reply.text == "echo: are you there?"
+    roles = [m.get("role") for m in session_lines(runtime)[1:]]
+    assert roles == ["user", "assistant"]
+    assert fake_llm.chat_requests()[-1]["messages"][-1]["content"].endswith("are you there?")
+    assert len(fake_llm.chat_requests()[-1]["messages"]) == 2  # system + this message, once
