@@ -12,7 +12,10 @@ import pytest
 from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
 from gateway.config import Config, parse_config
+from tests.fakes import discord_api
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
+from tests.fakes.telegram_api import FakeTelegram, start_fake_telegram
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +34,27 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
         yield fake
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def fake_telegram() -> AsyncIterator[FakeTelegram]:
+    """A fake Telegram Bot API on 127.0.0.1 (it outlives every memgate process of a test)."""
+    fake, runner = await start_fake_telegram()
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fake_discord() -> AsyncIterator[FakeDiscord]:
+    """A fake Discord REST API and gateway on 127.0.0.1, serving the standard test guild."""
+    fake, runner = await discord_api.start_fake_discord()
+    fake.guilds.append(discord_api.standard_guild())
+    try:
+        yield fake
+    finally:
+        await discord_api.stop_fake_discord(fake, runner)
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,9 @@ from tests.fakes.discord_api import (
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    """The fake Discord on loopback, with the standard guild."""
-    fake, runner = await fd.start_fake_discord()
-    fake.guilds.append(fd.standard_guild())
-    try:
-        yield fake
-    finally:
-        await fd.stop_fake_discord(fake, runner)
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    """The shared fake Discord (tests/conftest.py) under this module's short name."""
+    return fake_discord
 
 
 async def test_dm_from_allowed_user_is_answered(

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from gateway.app import Runtime
-from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, DM, MALLORY, STRANGER_DM, FakeDiscord, barrier, serving
 from tests.fakes.llm import FakeLLM, text
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    """The fake Discord on loopback, with the standard guild."""
-    fake, runner = await fd.start_fake_discord()
-    fake.guilds.append(fd.standard_guild())
-    try:
-        yield fake
-    finally:
-        await fd.stop_fake_discord(fake, runner)
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    """The shared fake Discord (tests/conftest.py) under this module's short name."""
+    return fake_discord
 
 
 def workspace(runtime: Runtime) -> Path:

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,33 +17,11 @@ from tests.fakes.discord_api import (
     ALICE,
     DM,
     FakeDiscord,
-    start_fake_discord,
-    stop_fake_discord,
 )
 from tests.fakes.llm import FakeLLM, text
-from tests.fakes.telegram_api import TOKEN, FakeTelegram, start_fake_telegram
+from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    """A fake Bot API on 127.0.0.1."""
-    fake, runner = await start_fake_telegram()
-    try:
-        yield fake
-    finally:
-        await runner.cleanup()
-
-
-@pytest.fixture
-async def fake_discord() -> AsyncIterator[FakeDiscord]:
-    """A fake Discord REST API and gateway on 127.0.0.1."""
-    fake, runner = await start_fake_discord()
-    try:
-        yield fake
-    finally:
-        await stop_fake_discord(fake, runner)
 
 
 def free_port() -> int:

@@ -9,20 +9,10 @@ from typing import Any
 import pytest
 
 from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram, start_fake_telegram
+from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.harness import Gateway
 
 GatewayFactory = Callable[..., Gateway]
-
-
-@pytest.fixture
-async def fake_telegram() -> AsyncIterator[FakeTelegram]:
-    """A fake Bot API on 127.0.0.1 that outlives every memgate process of the test."""
-    fake, runner = await start_fake_telegram()
-    try:
-        yield fake
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
