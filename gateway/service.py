@@ -37,6 +37,13 @@ def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
         "shutdown_grace": config.shutdown_grace,
     }
     telegram, discord = config.channels.telegram, config.channels.discord
+    for name, section in (("telegram", telegram), ("discord", discord)):
+        if section.enabled and not section.allow_from:
+            log.warning(
+                "channels.%s.allow_from is empty: nobody can talk to the bot; the id of "
+                "everyone who tries is logged once so you can add it",
+                name,
+            )
     channels: list[Channel] = []
     if telegram.enabled:
         settings = telegram.model_dump(exclude={"enabled"})
