@@ -7,7 +7,6 @@ Only this module and the CLI import everything; tests build the same runtime thr
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -196,7 +195,4 @@ async def open_runtime(
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
-        # Everything built so far lives as long as the process: keep it out of the cyclic
-        # collector's full passes (a first large session load would otherwise walk it all).
-        gc.freeze()
         yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)

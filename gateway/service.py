@@ -8,6 +8,7 @@ SIGINT sets a stop event; then channels stop first (no new input; running turns 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -81,6 +82,9 @@ async def run_service(config: Config) -> int:
     started = time.monotonic()
     try:
         async with open_runtime(config) as runtime:
+            # What start-up built lives as long as the process: keep it out of the cyclic
+            # collector's full passes (a first large session load would otherwise walk it all).
+            gc.freeze()
             channels = build_channels(config, runtime)
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
