@@ -132,7 +132,23 @@ def make_provider(config: Config) -> OpenAIProvider:
 async def open_runtime(
     config: Config, provider: ChatProvider | None = None
 ) -> AsyncIterator[Runtime]:
-    """Build the runtime; resources close in reverse order on exit."""
+    """Build the runtime; resources close in reverse order on exit.
+
+    An error raised inside the block comes out as itself: the task group that runs the
+    consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
+    """
+    try:
+        async with _build_runtime(config, provider) as runtime:
+            yield runtime
+    except ExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+        raise error from error.__cause__
+
+
+@asynccontextmanager
+async def _build_runtime(config: Config, provider: ChatProvider | None) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
         memory = await asyncio.to_thread(ensure_workspace, config)
         lock = WorkspaceLock(config.workspace)

@@ -187,3 +187,34 @@ async def test_run_without_channels_exits_78(tmp_path: Path) -> None:
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 78
     assert b"channels.telegram.enabled: true" in err
+
+
+async def test_a_channel_refusing_the_configuration_exits_78(
+    tmp_path: Path, fake_llm: FakeLLM, fake_discord: FakeDiscord
+) -> None:
+    """Discord refusing the message content intent stops `memgate run` with 78, said in one line."""
+    fake_discord.close_on_identify = 4014
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""\
+workspace: {tmp_path / "ws"}
+llm: {{base_url: {fake_llm.url}, api_key: x}}
+channels:
+  discord:
+    enabled: true
+    token: {FakeDiscord.token}
+    allow_from: ["1"]
+    api_base: {fake_discord.api_base}
+    gateway_url: {fake_discord.gateway_url}
+"""
+    )
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 78
+    last = err.decode().strip().splitlines()[-1]
+    assert last.startswith("memgate: configuration error:") and "MESSAGE CONTENT" in last
