@@ -6,13 +6,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from tests.conftest import free_port
 from tests.fakes.discord_api import (
     ALICE,
     DM,
@@ -22,12 +22,6 @@ from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_config(

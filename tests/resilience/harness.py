@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.conftest import deep_merge, free_port
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
@@ -29,22 +29,6 @@ SECRETS = {"OPENAI_API_KEY": API_KEY, "TELEGRAM_BOT_TOKEN": TOKEN}
 # The part of the bot token that is secret (the digits before the colon are the bot's public id).
 TOKEN_SECRET = TOKEN.split(":", 1)[1]
 READY_WITHIN = 45.0  # seconds for a start on a loaded 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 async def until(check: Callable[[], bool], within: float, what: str, step: float = 0.05) -> None:
@@ -107,7 +91,7 @@ class Gateway:
             "health": {"listen": f"127.0.0.1:{self.port}"},
             "shutdown_grace": 2,
         }
-        return merge(base, self.settings)
+        return deep_merge(base, self.settings)
 
     @property
     def alive(self) -> bool:
