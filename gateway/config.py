@@ -107,6 +107,9 @@ class HealthConfig(_Section):
 
 class Config(_Section):
     workspace: Path = Path("~/.memgate/workspace")
+    # What the gateway keeps for itself (journals, channel state, search index, lock, sockets):
+    # outside the workspace, so no tool of the model can name it.
+    state_dir: Path = Path("~/.memgate/state")
     timezone: str = "UTC"
     llm: LLMConfig = LLMConfig()
     memory: MemoryConfig = MemoryConfig()
@@ -118,7 +121,7 @@ class Config(_Section):
     # Where the config was read from; not a key of the file.
     source: Path | None = Field(None, exclude=True)
 
-    @field_validator("workspace", mode="after")
+    @field_validator("workspace", "state_dir", mode="after")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
         return value.expanduser()
@@ -165,6 +168,10 @@ def default_config_path() -> Path:
 
 def default_workspace() -> Path:
     return memgate_home() / "workspace"
+
+
+def default_state_dir() -> Path:
+    return memgate_home() / "state"
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -215,6 +222,7 @@ def _lookup(tree: Any, loc: tuple[Any, ...]) -> Any:
 def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = None) -> Config:
     """Validate an already-parsed YAML mapping; errors name `path`, the key and the value."""
     missing: dict[str, str] = {}
+    raw = {"state_dir": str(default_state_dir()), **raw}
     expanded = _expand(raw, "", dict(os.environ) if env is None else env, missing)
     try:
         config = Config.model_validate({**expanded, "source": path})

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory.files import atomic_write
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 

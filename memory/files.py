@@ -12,6 +12,7 @@ from datetime import date, datetime, tzinfo
 from pathlib import Path
 
 from memory.errors import VersionNotFoundError
+from memory.fileio import atomic_write
 
 MEMORY_TEMPLATE = """\
 # Long-term Memory
@@ -34,31 +35,6 @@ Facts worth keeping across conversations. memgate updates this file as it consol
 
 (Anything else worth remembering.)
 """
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that readers see the old or the new file, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def append_text(path: Path, text: str) -> None:

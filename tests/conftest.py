@@ -79,6 +79,7 @@ def build_config(workspace: Path, llm_url: str, overrides: dict[str, Any] | None
     """A validated Config for tests: the fake LLM, no retries, a short timeout."""
     raw = {
         "workspace": str(workspace),
+        "state_dir": str(workspace.parent / "state"),
         "llm": {
             "base_url": llm_url,
             "api_key": "sk-test-secret-key-0123456789",
