@@ -1,20 +1,39 @@
-"""Configuration: the YAML file of SPEC §6, `${VAR}` expansion, validation and writing.
+"""Configuration: the YAML file, `${VAR}` expansion, validation and writing.
 
 Every problem becomes a ConfigError naming the file, the dotted key and the offending value.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.errors import ConfigError
+from memory.fileio import atomic_write
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host, or a ValueError saying what is wrong."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
+    return value
+
+
+def host_port(value: str) -> str:
+    """`host:port` with a port in 1..65535, or a ValueError saying what is wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be host:port, e.g. 127.0.0.1:8765")
+    return value
 
 
 class _Section(BaseModel):
@@ -30,10 +49,17 @@ class LLMConfig(_Section):
     temperature: float = Field(0.7, ge=0, le=2)
     timeout: float = Field(60, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    # auto: offer tools, and stop for this process when the endpoint says the model has none.
+    tools: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value)
 
     @property
     def budget(self) -> int:
-        """Tokens the prompt may use (SPEC §4)."""
+        """Tokens the prompt may use: the window less the answer and a safety margin."""
         return self.context_window - self.max_tokens - 1024
 
 
@@ -41,6 +67,12 @@ class EmbeddingsConfig(_Section):
     """An OpenAI-compatible embeddings endpoint for semantic memory search."""
 
     base_url: str
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value)
+
     api_key: str = ""
     model: str = "text-embedding-3-small"
     vector_weight: float = Field(0.7, ge=0, le=1)
@@ -103,6 +135,11 @@ class ChannelsConfig(_Section):
 
 class HealthConfig(_Section):
     listen: str | None = None  # e.g. "127.0.0.1:8765"
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        return None if value is None else host_port(value)
 
 
 class Config(_Section):
@@ -258,6 +295,10 @@ def _check_relations(config: Config, path: Path) -> None:
         raise ConfigError(f"{path}: {key} = {value!r}: {message}", path=str(path), key=key)
 
     llm, memory = config.llm, config.memory
+    for key in ("workspace", "state_dir"):
+        folder = getattr(config, key)
+        if folder.exists() and not folder.is_dir():
+            fail(key, str(folder), "exists and is not a folder")
     if llm.context_window - llm.max_tokens - 1024 < 1024:
         fail(
             "llm.max_tokens",
@@ -287,18 +328,49 @@ def _in_disabled_channel(config: Config, key: str) -> bool:
     return False
 
 
-def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Read and validate the config file; a missing file gives the defaults."""
+def permission_hint(path: Path, action: str) -> str:
+    """One line naming the path, who we are and the usual fix."""
+    user = getpass.getuser()
+    return (
+        f"{path}: permission denied to {action} it as user {user!r} "
+        f"(fix: sudo chown -R {user} {path.parent}, or run memgate as the owner)"
+    )
+
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def require_api_key(config: Config) -> None:
+    """OpenAI itself needs a key; any other endpoint (Ollama, llama.cpp) may do without."""
+    if config.llm.base_url.rstrip("/") == OPENAI_URL and not config.llm.api_key:
+        raise ConfigError(
+            f"{config.source}: llm.api_key is empty and llm.base_url is OpenAI's: set llm.api_key "
+            "there or export OPENAI_API_KEY (or point llm.base_url at a local server)",
+            path=str(config.source),
+            key="llm.api_key",
+        )
+
+
+def load_config(
+    path: Path | None = None, env: dict[str, str] | None = None, *, must_exist: bool = False
+) -> Config:
+    """Read and validate the config file; a missing file gives the defaults unless `must_exist`."""
     path = (path or default_config_path()).expanduser()
+    if must_exist and not path.exists():
+        raise ConfigError(f"{path}: no such config file", path=str(path))
     if not path.exists():
         return parse_config({"workspace": str(default_workspace())}, path, env)
     try:
         text = path.read_text(encoding="utf-8")
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
+        # One line, file:line:column: reason; never the offending text, which may be a secret.
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML ({exc})", path=str(path)) from None
+        where = f"{mark.line + 1}:{mark.column + 1}:" if mark else ""
+        reason = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{path}:{where} {reason}", path=str(path)) from None
+    except PermissionError:
+        raise ConfigError(permission_hint(path, "read"), path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})", path=str(path)) from None
     if not isinstance(raw, dict):
@@ -309,16 +381,31 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
 
 def write_private(path: Path, text: str) -> None:
     """Write a file readable only by its owner (mode 0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    atomic_write(path, text)
+
+
+def update_llm_section(path: Path, base_url: str, api_key: str, model: str) -> None:
+    """Set llm.base_url, llm.api_key and llm.model in an existing config, keeping every other key.
+
+    The file is parsed and written back, so its comments are not kept; the values are.
+    """
     try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        raise ConfigError(
+            f"{path}: not valid YAML; fix it or move it away first", path=str(path)
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
+    llm = raw.get("llm")
+    raw["llm"] = {
+        **(llm if isinstance(llm, dict) else {}),
+        "base_url": base_url,
+        "api_key": api_key,
+        "model": model,
+    }
+    header = "# memgate configuration; every key is described in docs/configuration.md.\n"
+    write_private(path, header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
 
 
 def render_config(
@@ -331,7 +418,7 @@ def render_config(
     """The commented config file `memgate init` and the first-run prompt write."""
     key_line = yaml.safe_dump({"api_key": api_key}, allow_unicode=True).strip()
     return f"""\
-# memgate configuration (SPEC §6). ${{VAR}} and ${{VAR:-default}} are read from the environment,
+# memgate configuration; every key is described in docs/configuration.md. ${{VAR}} and ${{VAR:-default}} are read from the environment,
 # so secrets can stay in an env file. Unknown keys are errors.
 workspace: {yaml.safe_dump(str(workspace)).splitlines()[0]}
 timezone: UTC
