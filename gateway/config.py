@@ -256,6 +256,9 @@ def _lookup(tree: Any, loc: tuple[Any, ...]) -> Any:
     return tree
 
 
+_SECRET_KEYS = {"api_key", "token", "webhook_secret"}  # their values never appear in a message
+
+
 def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = None) -> Config:
     """Validate an already-parsed YAML mapping; errors name `path`, the key and the value."""
     missing: dict[str, str] = {}
@@ -270,7 +273,8 @@ def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = N
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{path}: unknown key {key!r}", path=str(path), key=key) from None
         value = _lookup(raw, loc)
-        shown = "" if value is None or isinstance(value, dict) else f" = {value!r}"
+        secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS
+        shown = "" if value is None or isinstance(value, dict) or secret else f" = {value!r}"
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(
             f"{path}: {key or '(top level)'}{shown}: {message}", path=str(path), key=key
