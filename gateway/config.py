@@ -37,20 +37,30 @@ def host_port(value: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The string under each field is its meaning in docs/configuration.md.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class LLMConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
+    """Any OpenAI-compatible endpoint, ending in /v1 (OpenAI, vLLM, Ollama, LiteLLM, llama.cpp)."""
     api_key: str = ""
+    """The endpoint's API key; required for OpenAI's URL, may be empty for a local server."""
     model: str = "gpt-4o-mini"
+    """The model name the endpoint knows."""
     context_window: int = Field(128_000, ge=2048)
+    """The model's context size in tokens."""
     max_tokens: int = Field(4096, ge=16)
+    """Tokens kept for each reply."""
     temperature: float = Field(0.7, ge=0, le=2)
+    """Sampling temperature (0-2); dropped automatically for models that refuse it."""
     timeout: float = Field(60, gt=0)
+    """Seconds per LLM request."""
     max_retries: int = Field(2, ge=0, le=10)
+    """Retries of transient errors (rate limits, 5xx, timeouts)."""
     # auto: offer tools, and stop for this process when the endpoint says the model has none.
     tools: Literal["auto", "on", "off"] = "auto"
+    """Tool calling: auto (on, switched off for the process when the endpoint says the model has none), on, or off (plain chat; consolidation asks for JSON text)."""
 
     @field_validator("base_url")
     @classmethod
@@ -67,34 +77,50 @@ class EmbeddingsConfig(_Section):
     """An OpenAI-compatible embeddings endpoint for semantic memory search."""
 
     base_url: str
+    """An OpenAI-compatible embeddings endpoint (required when the section is set)."""
+    api_key: str = ""
+    """Its API key; empty for servers that need none."""
+    model: str = "text-embedding-3-small"
+    """Embeddings model; changing it re-embeds every entry."""
+    vector_weight: float = Field(0.7, ge=0, le=1)
+    """Weight of cosine similarity in a hit's score."""
+    keyword_weight: float = Field(0.3, ge=0, le=1)
+    """Weight of the BM25 keyword score (scaled to 0..1) in a hit's score."""
+    timeout: float = Field(30, gt=0)  # seconds for one embeddings request
+    """Seconds per embeddings request."""
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         return http_url(value)
 
-    api_key: str = ""
-    model: str = "text-embedding-3-small"
-    vector_weight: float = Field(0.7, ge=0, le=1)
-    keyword_weight: float = Field(0.3, ge=0, le=1)
-    timeout: float = Field(30, gt=0)  # seconds for one embeddings request
-
 
 class MemoryConfig(_Section):
     window: int = Field(100, ge=4)
+    """Consolidate when this many messages are not yet consolidated."""
     consolidate_at: float = Field(0.75, gt=0, le=1)
+    """... or when the prompt reaches this share of the token budget."""
     consolidate_to: float = Field(0.5, gt=0, lt=1)
+    """... down to this share (below consolidate_at)."""
     workers: int = Field(2, ge=1, le=32)
+    """Consolidations running at once."""
     consolidate_on_new: bool = True
+    """false: /new rotates the session without consolidating it."""
     max_history_messages: int = Field(0, ge=0)
+    """Cap on history messages sent to the LLM; 0: the token budget alone."""
     groups: Literal["private", "shared"] = "private"
+    """private: group chats see no MEMORY.md and write only HISTORY.md; shared: they read and update MEMORY.md too."""
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
+    """Seconds per consolidation call."""
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
+    """Semantic search (a section with the keys below); null: keyword search alone."""
 
 
 class AgentConfig(_Section):
     max_iterations: int = Field(20, ge=1, le=200)
+    """Tool calls in one turn before memgate stops the loop."""
     max_concurrency: int = Field(8, ge=1, le=256)
+    """Conversations answered at the same time."""
 
 
 GroupPolicy = Literal["mention", "open", "off"]
@@ -104,9 +130,13 @@ class ChatChannelConfig(_Section):
     """What every chat platform's section has."""
 
     enabled: bool = False
+    """Run this channel in `memgate run`."""
     token: str = ""
+    """The bot token (keep it in the env file, e.g. ${TELEGRAM_BOT_TOKEN})."""
     allow_from: list[str] = []  # user ids or @usernames; ["*"] for everyone; [] for nobody
+    """Who may talk to the bot: user ids (or @usernames on Telegram); [] nobody (their ids are logged), [\"*\"] everyone."""
     group_policy: GroupPolicy = "mention"
+    """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
 
     @field_validator("allow_from", mode="before")
     @classmethod
@@ -117,24 +147,34 @@ class ChatChannelConfig(_Section):
 
 class TelegramConfig(ChatChannelConfig):
     base_url: str = "https://api.telegram.org/bot"
+    """Bot API URL; change only for a self-hosted Bot API server."""
     base_file_url: str | None = None
+    """File download URL; null: base_url with /bot made /file/bot."""
     webhook_url: str | None = None
+    """Public HTTPS URL Telegram posts updates to; null: long polling (no open port)."""
     webhook_listen: str = "127.0.0.1:8443"
+    """host:port memgate listens on for the webhook (behind your reverse proxy)."""
     webhook_secret: str | None = None
+    """Secret Telegram sends back with each update; null: a random one at every start."""
 
 
 class DiscordConfig(ChatChannelConfig):
     api_base: str = "https://discord.com/api/v10"
+    """Discord REST API URL; change only for a proxy."""
     gateway_url: str | None = None
+    """Gateway websocket URL; null: the one Discord hands out."""
 
 
 class ChannelsConfig(_Section):
     telegram: TelegramConfig = TelegramConfig()
+    """The Telegram bot (see docs/telegram.md)."""
     discord: DiscordConfig = DiscordConfig()
+    """The Discord bot (see docs/discord.md)."""
 
 
 class HealthConfig(_Section):
     listen: str | None = None  # e.g. "127.0.0.1:8765"
+    """host:port for /healthz and /metrics; null: no health endpoint."""
 
     @field_validator("listen")
     @classmethod
@@ -144,17 +184,27 @@ class HealthConfig(_Section):
 
 class Config(_Section):
     workspace: Path = Path("~/.memgate/workspace")
+    """All memory, sessions and media as plain files."""
     # What the gateway keeps for itself (journals, channel state, search index, lock, sockets):
     # outside the workspace, so no tool of the model can name it.
     state_dir: Path = Path("~/.memgate/state")
+    """What the gateway keeps for itself, outside the model's reach (journals, channel state, search index, lock, control socket)."""
     timezone: str = "UTC"
+    """IANA time zone for timestamps shown to people and to the LLM."""
     llm: LLMConfig = LLMConfig()
+    """The chat model."""
     memory: MemoryConfig = MemoryConfig()
+    """Sessions and consolidation into MEMORY.md and HISTORY.md."""
     agent: AgentConfig = AgentConfig()
+    """The agent loop."""
     channels: ChannelsConfig = ChannelsConfig()
+    """Chat platforms; `memgate run` needs one enabled."""
     health: HealthConfig = HealthConfig()
+    """The health and metrics endpoint."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """DEBUG, INFO, WARNING or ERROR; DEBUG also prints tracebacks."""
     shutdown_grace: float = Field(10, ge=0, le=600)
+    """Seconds running answers and consolidation get to finish on stop."""
     # Where the config was read from; not a key of the file.
     source: Path | None = Field(None, exclude=True)
 
