@@ -472,7 +472,9 @@ class TelegramChannel:
         entry = self._typing.get(target)
         if entry is None:
             assert self._tasks is not None
-            typing = self._tasks.create_task(_guarded(self._keep_typing(target)))
+            # The loop's coroutine is made inside the task: a task cancelled before it starts (an
+            # instant reply) then leaves no coroutine that was never awaited.
+            typing = self._tasks.create_task(self._typing_loop(target))
             entry = self._typing[target] = [0, typing]
         entry[0] += 1
         try:
@@ -482,6 +484,9 @@ class TelegramChannel:
             if entry[0] == 0:
                 entry[1].cancel()
                 del self._typing[target]
+
+    async def _typing_loop(self, target: _Target) -> None:
+        await _guarded(self._keep_typing(target))
 
     async def _keep_typing(self, target: _Target) -> None:
         bot = self._bot()
