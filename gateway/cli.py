@@ -214,8 +214,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not _explicit(args) and not _llm_configured(path):
         first_run(path)
     config = load_config(path, must_exist=_explicit(args))
-    configure_logging("DEBUG" if args.verbose else "WARNING", config.secrets())
-    if not args.verbose:
+    debug = args.verbose or args.debug
+    configure_logging("DEBUG" if debug else "WARNING", config.secrets())
+    if not debug:
         # On a terminal the reply itself names a model failure; the log line would say it twice.
         logging.getLogger("gateway.agent").setLevel(logging.ERROR)
     socket = socket_path(config.state_dir)
@@ -250,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gateway.service import run_service
 
     config = load(args)
-    configure_logging(config.log_level, config.secrets())
+    configure_logging("DEBUG" if args.debug else config.log_level, config.secrets())
     require_api_key(config)
     return asyncio.run(run_service(config))
 

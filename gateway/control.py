@@ -109,7 +109,8 @@ async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
             reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_REQUEST)
-    except (FileNotFoundError, ConnectionRefusedError, TimeoutError):
+    except (FileNotFoundError, ConnectionRefusedError, PermissionError, TimeoutError):
+        # PermissionError: another user's service; this process cannot attach to it.
         return None
     try:
         writer.write(json.dumps(payload, ensure_ascii=False).encode() + b"\n")
