@@ -76,6 +76,8 @@ def first_run(path: Path) -> None:
         )
     print(f"No configuration yet; let's write {path}. Press Enter to keep a default.\n")
     base_url, api_key, model = ask_llm(OPENAI_URL, "", "gpt-4o-mini")
+    if api_key is None:
+        api_key = "${OPENAI_API_KEY}" if os.environ.get("OPENAI_API_KEY") else ""
     text = render_config(
         workspace=default_workspace(), base_url=base_url, api_key=api_key, model=model
     )
@@ -85,9 +87,11 @@ def first_run(path: Path) -> None:
     print("Edit AGENTS.md, SOUL.md and USER.md there to shape the assistant.\n")
 
 
-def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str, str]:
+def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str | None, str]:
     """Ask endpoint, key and model (Enter keeps the value shown), test them with one call, and
-    offer to answer again while the test fails. Returns the values to write."""
+    offer to answer again while the test fails. Returns the values to write; the key is None when
+    none was typed, so the file keeps what it had (a `${VAR}` stays a reference, not the secret)."""
+    typed: str | None = None
     from gateway.doctor import check_llm
 
     while True:
@@ -100,14 +104,14 @@ def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str, str]:
             if env_key
             else "[none]"
         )
-        given = getpass.getpass(f"API key {hint}: ").strip()
-        api_key = given or api_key or ("${OPENAI_API_KEY}" if env_key else "")
+        typed = getpass.getpass(f"API key {hint}: ").strip() or typed
+        tested = typed or api_key or ("${OPENAI_API_KEY}" if env_key else "")
         model = input(f"Model [{model}]: ").strip() or model
         raw = {
             "workspace": str(default_workspace()),
             "llm": {
                 "base_url": base_url,
-                "api_key": api_key,
+                "api_key": tested,
                 "model": model,
                 "max_retries": 0,
                 "timeout": 20,
@@ -120,10 +124,10 @@ def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str, str]:
             ok, detail = False, str(exc).removeprefix("(answers): ")
         print(f"{'✓' if ok else '✗'} {detail}")
         if ok:
-            return base_url, api_key, model
+            return base_url, typed, model
         again = input("Fix the answers? [Y/n] (n writes them as they are): ").strip().lower()
         if again in ("n", "no"):
-            return base_url, api_key, model
+            return base_url, typed, model
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -438,8 +438,9 @@ def write_private(path: Path, text: str) -> None:
     atomic_write(path, text)
 
 
-def update_llm_section(path: Path, base_url: str, api_key: str, model: str) -> None:
-    """Set llm.base_url, llm.api_key and llm.model in an existing config, keeping every other key.
+def update_llm_section(path: Path, base_url: str, api_key: str | None, model: str) -> None:
+    """Set llm.base_url, llm.api_key (unless None) and llm.model in an existing config, keeping
+    every other key.
 
     The file is parsed and written back, so its comments are not kept; the values are.
     """
@@ -452,12 +453,10 @@ def update_llm_section(path: Path, base_url: str, api_key: str, model: str) -> N
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
     llm = raw.get("llm")
-    raw["llm"] = {
-        **(llm if isinstance(llm, dict) else {}),
-        "base_url": base_url,
-        "api_key": api_key,
-        "model": model,
-    }
+    section = {**(llm if isinstance(llm, dict) else {}), "base_url": base_url, "model": model}
+    if api_key is not None:
+        section["api_key"] = api_key
+    raw["llm"] = section
     header = "# memgate configuration; every key is described in docs/configuration.md.\n"
     write_private(path, header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
 

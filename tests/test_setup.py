@@ -39,15 +39,16 @@ async def test_first_run_offers_to_fix_a_refused_model(tmp_path: Path, fake_llm:
 async def test_setup_rewrites_the_llm_keys_and_keeps_the_rest(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
-    """`memgate setup` asks again on an existing config; other keys stay, the file stays 0600."""
+    """`memgate setup` asks again on an existing config; other keys stay (a `${VAR}` key stays a
+    reference, never the secret), the file stays 0600."""
     config = tmp_path / "config.yaml"
     config.write_text(
         f"workspace: {tmp_path / 'ws'}\ntimezone: Europe/Berlin\n"
-        "llm:\n  base_url: http://127.0.0.1:9/v1\n  api_key: sk-old-key-0123456789\n"
+        "llm:\n  base_url: http://127.0.0.1:9/v1\n  api_key: ${MY_LLM_KEY}\n"
         "  model: old-model\n  context_window: 32000\n"
     )
     answers = [("endpoint", fake_llm.url), ("API key", ""), ("Model", "new-model")]
-    env = {**os.environ, "MEMGATE_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "MEMGATE_HOME": str(tmp_path / "home"), "MY_LLM_KEY": "sk-env-0123456789"}
     code, output = await asyncio.to_thread(
         converse, ["setup", "--config", str(config)], answers, env
     )
@@ -57,9 +58,11 @@ async def test_setup_rewrites_the_llm_keys_and_keeps_the_rest(
     assert written["timezone"] == "Europe/Berlin" and written["llm"]["context_window"] == 32000
     assert written["llm"] == {
         "base_url": fake_llm.url,
-        "api_key": "sk-old-key-0123456789",
+        "api_key": "${MY_LLM_KEY}",
         "model": "new-model",
         "context_window": 32000,
     }
     assert oct(config.stat().st_mode & 0o777) == "0o600"
-    assert [r["model"] for r in fake_llm.requests] == ["new-model"]
+    [tested] = fake_llm.requests
+    assert tested["model"] == "new-model"
+    assert tested["_headers"]["authorization"] == "Bearer sk-env-0123456789"
