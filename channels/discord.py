@@ -467,3 +467,35 @@ def _safe_name(filename: str) -> str:
 def _write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+_PROBE_TIMEOUT = 15.0  # seconds for `memgate doctor`'s whole check
+
+
+async def probe_discord(*, token: str, api_base: str) -> str:
+    """`memgate doctor`: log in over REST and read the application's intent flags, in one line.
+
+    Raises DiscordChannelError when the token is refused or MESSAGE CONTENT is not enabled.
+    """
+    _point_library_at(api_base, None)
+    client = discord.Client(intents=_intents())
+    try:
+        async with asyncio.timeout(_PROBE_TIMEOUT):
+            await client.login(token)
+            info = await client.application_info()
+    except discord.LoginFailure:
+        raise DiscordChannelError(
+            "Discord rejected the bot token (channels.discord.token)"
+        ) from None
+    except (OSError, aiohttp.ClientError, TimeoutError, discord.HTTPException) as exc:
+        raise DiscordChannelError(f"Discord API not reachable ({type(exc).__name__})") from None
+    finally:
+        await client.close()
+    flags = info.flags
+    if not (flags.gateway_message_content or flags.gateway_message_content_limited):
+        raise DiscordChannelError(
+            "the MESSAGE CONTENT intent is off: enable it in the Developer Portal "
+            "(Bot → Privileged Gateway Intents)"
+        )
+    user = client.user
+    return f"logged in as {user.name if user else info.name}, MESSAGE CONTENT intent on"

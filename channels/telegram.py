@@ -472,7 +472,9 @@ class TelegramChannel:
         entry = self._typing.get(target)
         if entry is None:
             assert self._tasks is not None
-            typing = self._tasks.create_task(_guarded(self._keep_typing(target)))
+            # The loop's coroutine is made inside the task: a task cancelled before it starts (an
+            # instant reply) then leaves no coroutine that was never awaited.
+            typing = self._tasks.create_task(self._typing_loop(target))
             entry = self._typing[target] = [0, typing]
         entry[0] += 1
         try:
@@ -482,6 +484,9 @@ class TelegramChannel:
             if entry[0] == 0:
                 entry[1].cancel()
                 del self._typing[target]
+
+    async def _typing_loop(self, target: _Target) -> None:
+        await _guarded(self._keep_typing(target))
 
     async def _keep_typing(self, target: _Target) -> None:
         bot = self._bot()
@@ -804,7 +809,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _file_url(base_url: str) -> str:
-    """The file base URL for an API base URL: its last "/bot" made "/file/bot" (SPEC §6)."""
+    """The file base URL for an API base URL: its last "/bot" made "/file/bot"."""
     head, sep, tail = base_url.rpartition("/bot")
     return f"{head}/file/bot{tail}" if sep else base_url.rstrip("/") + "/file"
 
@@ -861,3 +866,34 @@ class _TokenFilter(logging.Filter):
                 logger.setLevel(logging.NOTSET)
 
         return restore
+
+
+_PROBE_TIMEOUT = 15.0  # seconds for `memgate doctor`'s whole check
+
+
+async def probe_telegram(*, token: str, base_url: str) -> str:
+    """`memgate doctor`: getMe and the webhook status, described in one line.
+
+    Raises TelegramConfigError when the token is refused and ChannelConfigError when the API
+    cannot be reached; never quotes the token.
+    """
+    bot = Bot(token, base_url=base_url, base_file_url=_file_url(base_url))
+    try:
+        async with asyncio.timeout(_PROBE_TIMEOUT):
+            await bot.initialize()  # getMe
+            webhook = await bot.get_webhook_info()
+    except InvalidToken:
+        raise TelegramConfigError(
+            "Telegram refused the bot token (channels.telegram.token)"
+        ) from None
+    except (TelegramError, TimeoutError) as exc:
+        raise ChannelConfigError(f"Telegram API not reachable ({type(exc).__name__})") from None
+    finally:
+        with contextlib.suppress(TelegramError, RuntimeError):
+            await bot.shutdown()
+    mode = f"webhook {webhook.url}" if webhook.url else "no webhook (polling)"
+    pending = f", {webhook.pending_update_count} pending updates"
+    error = (
+        f", last webhook error: {webhook.last_error_message}" if webhook.last_error_message else ""
+    )
+    return f"@{bot.username}, {mode}{pending}{error}"

@@ -1,19 +1,26 @@
 """The terminal channel: an interactive prompt with line editing and history, or one message.
 
 Imports only `gateway.bus` of ours. Lines are read on a daemon thread so a blocked `input()` never
-keeps the process from exiting.
+keeps the process from exiting. Ctrl-C during an answer stops that answer (as `/stop` does) and
+gives the prompt back; Ctrl-C or Ctrl-D at the prompt ends the chat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
+import signal
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from gateway.bus import Handler, InboundMessage
 
 PROMPT = "you> "
+
+T = TypeVar("T")
 
 
 class TerminalChannel:
@@ -34,7 +41,7 @@ class TerminalChannel:
         self._user = getpass.getuser()
         self.connected = False
 
-    def _inbound(self, text: str) -> InboundMessage:
+    def inbound(self, text: str) -> InboundMessage:
         return InboundMessage(
             channel="terminal",
             chat_id="local",
@@ -46,25 +53,38 @@ class TerminalChannel:
 
     async def ask(self, text: str) -> str:
         """Send one message and return the reply text."""
-        reply = await self._handler(self._inbound(text))
+        reply = await self._handler(self.inbound(text))
         return reply.text if reply is not None else ""
 
     async def run(self) -> None:
-        """Prompt, answer, repeat, until end of input (Ctrl-D) or cancellation."""
+        """Prompt, answer, repeat, until end of input (Ctrl-D), Ctrl-C at the prompt, or
+        cancellation."""
         self._setup_readline()
         self.connected = True
+        interrupt = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupt.set)
         try:
             while True:
-                line = await _read_line(PROMPT)
-                if line is None:
-                    print()
+                interrupt.clear()
+                line = await _until_interrupt(_read_line(PROMPT), interrupt)
+                if line is None:  # Ctrl-D, or Ctrl-C at the prompt
+                    print(flush=True)
                     return
                 if not line.strip():
                     continue
-                reply = await self.ask(line)
-                if reply:
+                answer = asyncio.ensure_future(self.ask(line))
+                reply = await _until_interrupt(answer, interrupt)
+                if reply is None:
+                    # The agent cancels the turn; the message stays in the session.
+                    await self._handler(self.inbound("/stop"))
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await answer
+                    print("\nstopped\n", flush=True)
+                elif reply:
                     print(f"\n{reply}\n", flush=True)
         finally:
+            loop.remove_signal_handler(signal.SIGINT)
             self.connected = False
             self._save_history()
 
@@ -90,6 +110,19 @@ class TerminalChannel:
             readline.write_history_file(self._history_path)
         except (ImportError, OSError):
             pass
+
+
+async def _until_interrupt(
+    work: asyncio.Future[T] | Coroutine[Any, Any, T], interrupt: asyncio.Event
+) -> T | None:
+    """The result of `work`, or None as soon as `interrupt` is set (work then goes on)."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(interrupt.wait())
+    try:
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return task.result() if task.done() else None
 
 
 async def _read_line(prompt: str) -> str | None:

@@ -1,8 +1,9 @@
-"""The agent loop: one turn per inbound message, shared by every channel (SPEC §5).
+"""The agent loop: one turn per inbound message, shared by every channel.
 
 Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
 message is stored before the model is called, so nothing the person said is lost. `handle()` is the
-one per-message error boundary: it logs the traceback and answers with a short apology.
+one per-message error boundary: it logs one line (the traceback at DEBUG for a model failure) and
+answers with a short apology, naming the cause in a private chat.
 """
 
 from __future__ import annotations
@@ -101,8 +102,22 @@ class AgentLoop:
         try:
             text = await self._dispatch(message, stats)
         except LLMError as exc:
-            log.exception("llm failed session=%s error=%s", message.key, exc)
-            text, failed = exc.user_message, True
+            # One line an operator can act on; the traceback only for those who asked for it.
+            log.warning(
+                "llm failed session=%s kind=%s status=%s model=%s endpoint=%s error=%s",
+                message.key,
+                type(exc).__name__,
+                exc.status or "-",
+                exc.model or self.config.llm.model,
+                exc.endpoint or "-",
+                exc,
+            )
+            log.debug("llm failure traceback session=%s", message.key, exc_info=True)
+            # A private chat is the owner's: name the cause. A group gets no configuration talk.
+            text = (
+                exc.user_message if message.is_group else f"Sorry, I could not answer: {exc.cause}."
+            )
+            failed = True
         except Exception:
             log.exception("turn failed session=%s", message.key)
             text = "Sorry, something went wrong while answering. The error has been logged."
@@ -121,7 +136,9 @@ class AgentLoop:
             self.observer.message_out(message.channel, error=failed)
         # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
         reply_to = message.message_id if message.is_group else None
-        return OutboundMessage(message.channel, message.chat_id, text, reply_to=reply_to)
+        return OutboundMessage(
+            message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
+        )
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ from typing import Any
 from gateway.agent import AgentLoop
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError, LLMStatusError
+from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
-from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider
+from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
 from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
@@ -46,20 +47,31 @@ class Runtime:
 
 
 class ProviderSummaryModel:
-    """Adapts the chat provider to memory's `SummaryModel`, translating its errors."""
+    """Adapts the chat provider to memory's `SummaryModel`, translating its errors.
 
-    def __init__(self, provider: ChatProvider) -> None:
+    A model that cannot call tools is asked for the same arguments as one JSON object in plain
+    text (the last rung of the forced -> auto -> text ladder); memory validates it like a call.
+    """
+
+    def __init__(self, provider: ChatProvider, tool_support: ToolSupport | None = None) -> None:
         self._provider = provider
+        self._tool_support = tool_support
 
     async def call_tool(
         self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
     ) -> Any:
+        if self._tool_support is not None and not self._tool_support.enabled:
+            return await self._ask_as_text(messages, tool)
         name = tool["function"]["name"]
         choice: str | dict[str, Any] = (
             {"type": "function", "function": {"name": name}} if force else "auto"
         )
         try:
             response = await self._provider.chat(messages, [tool], tool_choice=choice)
+        except LLMToolsUnsupportedError as exc:
+            if self._tool_support is None or self._tool_support.enabled:
+                raise ModelCallError(str(exc)) from exc
+            return await self._ask_as_text(messages, tool)
         except LLMStatusError as exc:
             refused = exc.status in (400, 422) and "tool_choice" in str(exc)
             raise ModelCallError(str(exc), rejected_tool_choice=refused) from exc
@@ -69,6 +81,36 @@ class ProviderSummaryModel:
             if call.name == name:
                 return call.arguments
         return None
+
+    async def _ask_as_text(self, messages: list[dict[str, Any]], tool: dict[str, Any]) -> Any:
+        parameters = tool["function"]["parameters"]
+        keys = ", ".join(f'"{key}"' for key in parameters["properties"])
+        described = "\n".join(
+            f"- {key}: {spec.get('description', '')}"
+            for key, spec in parameters["properties"].items()
+        )
+        instruction = (
+            f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
+        )
+        asked = [*messages, {"role": "user", "content": instruction}]
+        try:
+            response = await self._provider.chat(asked)
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        return _json_text(response.content or "")
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def _json_text(content: str) -> str:
+    """The JSON object of a text answer, without the code fence small models like to add."""
+    content = content.strip()
+    fenced = _FENCE.match(content)
+    if fenced:
+        return fenced.group(1)
+    start, end = content.find("{"), content.rfind("}")
+    return content[start : end + 1] if 0 <= start < end else content
 
 
 def consolidation_settings(config: Config) -> ConsolidationSettings:
@@ -115,7 +157,7 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
         yield search
 
 
-def make_provider(config: Config) -> OpenAIProvider:
+def make_provider(config: Config, tool_support: ToolSupport | None = None) -> OpenAIProvider:
     llm = config.llm
     return OpenAIProvider(
         base_url=llm.base_url,
@@ -125,6 +167,7 @@ def make_provider(config: Config) -> OpenAIProvider:
         max_retries=llm.max_retries,
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
+        tool_support=tool_support or ToolSupport(llm.tools),
     )
 
 
@@ -156,10 +199,14 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         stack.callback(lock.release)
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
         summarizer: ChatProvider
+        tool_support = ToolSupport(config.llm.tools)
         if provider is None:
             # Two clients, two connection pools: a consolidation call held open for minutes
-            # never takes the warm connection a reply is about to need.
-            provider, summarizer = (make_provider(config), make_provider(config))
+            # never takes the warm connection a reply is about to need. One tool switch.
+            provider, summarizer = (
+                make_provider(config, tool_support),
+                make_provider(config, tool_support),
+            )
             stack.push_async_callback(provider.close)
             stack.push_async_callback(summarizer.close)
         else:
@@ -178,7 +225,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             sessions,
             memory,
             counter,
-            ProviderSummaryModel(summarizer),
+            ProviderSummaryModel(summarizer, getattr(summarizer, "tool_support", tool_support)),
             consolidation_settings(config),
             config.tz,
         )

@@ -62,6 +62,7 @@ class OutboundMessage:
     text: str
     reply_to: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)  # e.g. {"thread_id": "7"}
+    failed: bool = False  # the text is an apology for an error, not an answer
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", scrub(self.text))

@@ -1,7 +1,8 @@
-"""The `memgate` command line (SPEC §7): init, run, chat, status, memory.
+"""The `memgate` command line: init, setup, run, chat, status, doctor, memory.
 
-Exit status: 0 on success, 78 on bad configuration (EX_CONFIG, which the systemd unit does not
-restart on), 1 on any other error, each with a one-line reason on stderr.
+Exit status: 0 on success, 2 on a usage error (argparse's), 78 on bad configuration (EX_CONFIG,
+which the systemd unit does not restart on), 1 on any other error, each with a one-line reason on
+stderr; the traceback only with `--debug` or `log_level: DEBUG`.
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ from pathlib import Path
 
 from channels.base import ChannelConfigError
 from gateway import __version__
+from gateway.bus import Handler
 from gateway.config import (
+    OPENAI_URL,
     Config,
     default_config_path,
     default_workspace,
     load_config,
     memgate_home,
+    parse_config,
+    permission_hint,
     render_config,
+    require_api_key,
+    update_llm_section,
     write_private,
 )
+from gateway.control import is_serving, remote_handler, request, socket_path
 from gateway.errors import ConfigError, MemgateError
 from gateway.logs import configure_logging
 from gateway.templates import WORKSPACE_FILES
@@ -48,6 +56,11 @@ def config_path(args: argparse.Namespace) -> Path:
     return Path(given).expanduser() if given else default_config_path()
 
 
+def _explicit(args: argparse.Namespace) -> bool:
+    """A path given with --config must exist: a typo must not run on the defaults."""
+    return getattr(args, "config", None) is not None
+
+
 def _llm_configured(path: Path) -> bool:
     return path.exists() or bool(os.environ.get("OPENAI_API_KEY"))
 
@@ -62,16 +75,11 @@ def first_run(path: Path) -> None:
             key="llm.api_key",
         )
     print(f"No configuration yet; let's write {path}. Press Enter to keep a default.\n")
-    base_url = input("LLM endpoint (OpenAI-compatible) [https://api.openai.com/v1]: ").strip()
-    env_key = os.environ.get("OPENAI_API_KEY")
-    hint = "[from OPENAI_API_KEY]" if env_key else "[none]"
-    api_key = getpass.getpass(f"API key {hint}: ").strip()
-    model = input("Model [gpt-4o-mini]: ").strip()
+    base_url, api_key, model = ask_llm(OPENAI_URL, "", "gpt-4o-mini")
+    if api_key is None:
+        api_key = "${OPENAI_API_KEY}" if os.environ.get("OPENAI_API_KEY") else ""
     text = render_config(
-        workspace=default_workspace(),
-        base_url=base_url or "https://api.openai.com/v1",
-        api_key=api_key or ("${OPENAI_API_KEY}" if env_key else ""),
-        model=model or "gpt-4o-mini",
+        workspace=default_workspace(), base_url=base_url, api_key=api_key, model=model
     )
     write_private(path, text)
     write_templates(default_workspace())
@@ -79,8 +87,89 @@ def first_run(path: Path) -> None:
     print("Edit AGENTS.md, SOUL.md and USER.md there to shape the assistant.\n")
 
 
+def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str | None, str]:
+    """Ask endpoint, key and model (Enter keeps the value shown), test them with one call, and
+    offer to answer again while the test fails. Returns the values to write; the key is None when
+    none was typed, so the file keeps what it had (a `${VAR}` stays a reference, not the secret)."""
+    typed: str | None = None
+    from gateway.doctor import check_llm
+
+    while True:
+        base_url = input(f"LLM endpoint (OpenAI-compatible) [{base_url}]: ").strip() or base_url
+        env_key = os.environ.get("OPENAI_API_KEY")
+        hint = (
+            "[keep the current one]"
+            if api_key
+            else "[from OPENAI_API_KEY]"
+            if env_key
+            else "[none]"
+        )
+        typed = getpass.getpass(f"API key {hint}: ").strip() or typed
+        tested = typed or api_key or ("${OPENAI_API_KEY}" if env_key else "")
+        model = input(f"Model [{model}]: ").strip() or model
+        raw = {
+            "workspace": str(default_workspace()),
+            "llm": {
+                "base_url": base_url,
+                "api_key": tested,
+                "model": model,
+                "max_retries": 0,
+                "timeout": 20,
+            },
+        }
+        try:
+            check = asyncio.run(check_llm(parse_config(raw, Path("(answers)"))))
+            ok, detail = check.ok, check.detail
+        except ConfigError as exc:
+            ok, detail = False, str(exc).removeprefix("(answers): ")
+        print(f"{'✓' if ok else '✗'} {detail}")
+        if ok:
+            return base_url, typed, model
+        again = input("Fix the answers? [Y/n] (n writes them as they are): ").strip().lower()
+        if again in ("n", "no"):
+            return base_url, typed, model
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    """The first-run questions again, on an existing config (other keys kept)."""
+    path = config_path(args)
+    if not sys.stdin.isatty():
+        raise UsageError("`memgate setup` asks questions: run it on a terminal")
+    if not path.exists():
+        first_run(path)
+        return 0
+    current = load_config(path)
+    print(f"Updating the llm section of {path}. Press Enter to keep a value.\n")
+    base_url, api_key, model = ask_llm(current.llm.base_url, current.llm.api_key, current.llm.model)
+    update_llm_section(path, base_url, api_key, model)
+    print(f"\nWrote {path}; every other key is as it was.")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gateway.doctor import run_checks
+
+    path = config_path(args)
+    try:
+        config = load_config(path, must_exist=True)
+    except ConfigError as exc:
+        print(f"✗ config: {exc}")
+        return 1
+    configure_logging("DEBUG" if args.debug else "ERROR", config.secrets())
+    print(f"✓ config: {path} is valid")
+
+    async def checks() -> bool:
+        passed = True
+        async for check in run_checks(config):
+            print(check.line(), flush=True)
+            passed = passed and check.ok
+        return passed
+
+    return 0 if asyncio.run(checks()) else 1
+
+
 def load(args: argparse.Namespace) -> Config:
-    return load_config(config_path(args))
+    return load_config(config_path(args), must_exist=_explicit(args))
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -126,26 +215,38 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from gateway.app import open_runtime
 
     path = config_path(args)
-    if not _llm_configured(path):
+    if not _explicit(args) and not _llm_configured(path):
         first_run(path)
-    config = load_config(path)
-    configure_logging("DEBUG" if args.verbose else "WARNING", config.secrets())
+    config = load_config(path, must_exist=_explicit(args))
+    debug = args.verbose or args.debug
+    configure_logging("DEBUG" if debug else "WARNING", config.secrets())
+    if not debug:
+        # On a terminal the reply itself names a model failure; the log line would say it twice.
+        logging.getLogger("gateway.agent").setLevel(logging.ERROR)
+    socket = socket_path(config.state_dir)
+
+    async def talk(handler: Handler, where: str) -> int:
+        terminal = TerminalChannel(
+            handler, session_key=args.session, history_path=memgate_home() / "chat_history"
+        )
+        if args.message is not None:
+            reply = await handler(terminal.inbound(args.message))
+            if reply is not None and reply.failed:
+                print(f"memgate: {reply.text}", file=sys.stderr)
+                return 1
+            print(reply.text if reply is not None else "")
+            return 0
+        print(f"memgate {__version__} · model {config.llm.model} · {where} · /help, Ctrl-D to quit")
+        await terminal.run()
+        return 0
 
     async def chat() -> int:
+        if await is_serving(socket):
+            # The service holds the workspace: talk to its agent, memory and sessions.
+            return await talk(remote_handler(socket), "attached to the running service")
+        require_api_key(config)
         async with open_runtime(config) as runtime:
-            terminal = TerminalChannel(
-                runtime.agent.handle,
-                session_key=args.session,
-                history_path=memgate_home() / "chat_history",
-            )
-            if args.message is not None:
-                print(await terminal.ask(args.message))
-                return 0
-            print(
-                f"memgate {__version__} · model {config.llm.model} · /help for commands, Ctrl-D to quit"
-            )
-            await terminal.run()
-            return 0
+            return await talk(runtime.agent.handle, "in this process")
 
     return asyncio.run(chat())
 
@@ -154,15 +255,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gateway.service import run_service
 
     config = load(args)
-    configure_logging(config.log_level, config.secrets())
+    configure_logging("DEBUG" if args.debug else config.log_level, config.secrets())
+    require_api_key(config)
     return asyncio.run(run_service(config))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from gateway.status import describe
+    from gateway.status import describe, describe_live
 
     config = load(args)
     print(describe(config))
+    # Offline and fast: a service that does not answer at once is reported as not running.
+    live = asyncio.run(request(socket_path(config.state_dir), {"op": "status"}))
+    print(describe_live(live))
     return 0
 
 
@@ -250,17 +355,42 @@ def _restore(files: MemoryFiles, version: str | None) -> int:
 
 
 # -- parser -----------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _options(default: object) -> argparse.ArgumentParser:
+    """--config and --debug, accepted before and after the subcommand alike.
+
+    After it they default to SUPPRESS, so a subcommand that was not given them keeps what was
+    given before it instead of overwriting it with None.
+    """
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
         "--config",
         metavar="PATH",
+        default=default,
         help="config file (default: $MEMGATE_CONFIG or $MEMGATE_HOME/config.yaml)",
     )
+    options.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if default is None else default,
+        help="show tracebacks and debug logs",
+    )
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _options(argparse.SUPPRESS)
     parser = argparse.ArgumentParser(
         prog="memgate",
         description="Self-hosted gateway between chat platforms and an LLM agent with Markdown memory.",
-        parents=[common],
+        epilog="Exit status: 0 ok, 1 error, 2 usage error, 78 configuration error.",
+        parents=[_options(None)],
     )
     parser.add_argument("--version", action="version", version=f"memgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -273,6 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     add("init", cmd_init, "write the config and workspace templates (never overwrites)")
+    add("setup", cmd_setup, "ask for the LLM endpoint, test it, and write it into the config")
+    add(
+        "doctor",
+        cmd_doctor,
+        "check the config, folders, model and platforms live; exit 0 if all pass",
+    )
     add("run", cmd_run, "run every enabled channel (the service's command)")
     chat = add("chat", cmd_chat, "chat in this terminal")
     chat.add_argument(
@@ -286,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_parser("show", help="print MEMORY.md", parents=[common])
     log_cmd = actions.add_parser("log", help="print HISTORY.md", parents=[common])
     log_cmd.add_argument(
-        "-n", "--lines", type=int, default=0, metavar="N", help="only the last N entries"
+        "-n", "--lines", type=_positive, default=0, metavar="N", help="only the last N entries"
     )
     restore = actions.add_parser(
         "restore", help="list kept versions of MEMORY.md, or restore one", parents=[common]
@@ -303,7 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     search.add_argument("query", nargs="+", help='keywords; "quoted words" must appear together')
     search.add_argument(
-        "-n", "--limit", type=int, default=10, metavar="N", help="most hits to show (default 10)"
+        "-n",
+        "--limit",
+        type=_positive,
+        default=10,
+        metavar="N",
+        help="most hits to show (default 10)",
     )
     search.add_argument("--rebuild", action="store_true", help="rebuild the index from the files")
     return parser
@@ -312,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG)
     try:
         code = args.func(args)
     except ConfigError as exc:
@@ -324,10 +467,30 @@ def main(argv: list[str] | None = None) -> None:
         # The platform refused the token or a setting: restarting would not help.
         print(f"memgate: configuration error: {exc}", file=sys.stderr)
         code = EX_CONFIG
+    except BrokenPipeError:
+        # `memgate status | head -1`: the reader has all it wanted.
+        _quiet_stdout()
+        code = 0
+    except PermissionError as exc:
+        log.debug("permission denied", exc_info=True)
+        where = Path(exc.filename) if exc.filename else Path.cwd()
+        print(f"memgate: {permission_hint(where, 'use')}", file=sys.stderr)
+        code = 1
     except Exception as exc:
-        log.exception("memgate stopped by an unexpected error")
+        log.debug("memgate stopped by an unexpected error", exc_info=True)
         print(f"memgate: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
     sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush has no pipe to break."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -1,4 +1,4 @@
-"""Chat commands handled before the model: /new, /stop, /help, /status (SPEC §5)."""
+"""Chat commands handled before the model: /new, /stop, /help, /status."""
 
 from __future__ import annotations
 

@@ -1,39 +1,75 @@
-"""Configuration: the YAML file of SPEC §6, `${VAR}` expansion, validation and writing.
+"""Configuration: the YAML file, `${VAR}` expansion, validation and writing.
 
 Every problem becomes a ConfigError naming the file, the dotted key and the offending value.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.errors import ConfigError
+from memory.fileio import atomic_write
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host, or a ValueError saying what is wrong."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
+    return value
+
+
+def host_port(value: str) -> str:
+    """`host:port` with a port in 1..65535, or a ValueError saying what is wrong."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be host:port, e.g. 127.0.0.1:8765")
+    return value
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The string under each field is its meaning in docs/configuration.md.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class LLMConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
+    """Any OpenAI-compatible endpoint, ending in /v1 (OpenAI, vLLM, Ollama, LiteLLM, llama.cpp)."""
     api_key: str = ""
+    """The endpoint's API key; required for OpenAI's URL, may be empty for a local server."""
     model: str = "gpt-4o-mini"
+    """The model name the endpoint knows."""
     context_window: int = Field(128_000, ge=2048)
+    """The model's context size in tokens."""
     max_tokens: int = Field(4096, ge=16)
+    """Tokens kept for each reply."""
     temperature: float = Field(0.7, ge=0, le=2)
+    """Sampling temperature (0-2); dropped automatically for models that refuse it."""
     timeout: float = Field(60, gt=0)
+    """Seconds per LLM request."""
     max_retries: int = Field(2, ge=0, le=10)
+    """Retries of transient errors (rate limits, 5xx, timeouts)."""
+    # auto: offer tools, and stop for this process when the endpoint says the model has none.
+    tools: Literal["auto", "on", "off"] = "auto"
+    """Tool calling: auto (on, switched off for the process when the endpoint says the model has none), on, or off (plain chat; consolidation asks for JSON text)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value)
 
     @property
     def budget(self) -> int:
-        """Tokens the prompt may use (SPEC §4)."""
+        """Tokens the prompt may use: the window less the answer and a safety margin."""
         return self.context_window - self.max_tokens - 1024
 
 
@@ -41,28 +77,50 @@ class EmbeddingsConfig(_Section):
     """An OpenAI-compatible embeddings endpoint for semantic memory search."""
 
     base_url: str
+    """An OpenAI-compatible embeddings endpoint (required when the section is set)."""
     api_key: str = ""
+    """Its API key; empty for servers that need none."""
     model: str = "text-embedding-3-small"
+    """Embeddings model; changing it re-embeds every entry."""
     vector_weight: float = Field(0.7, ge=0, le=1)
+    """Weight of cosine similarity in a hit's score."""
     keyword_weight: float = Field(0.3, ge=0, le=1)
+    """Weight of the BM25 keyword score (scaled to 0..1) in a hit's score."""
     timeout: float = Field(30, gt=0)  # seconds for one embeddings request
+    """Seconds per embeddings request."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value)
 
 
 class MemoryConfig(_Section):
     window: int = Field(100, ge=4)
+    """Consolidate when this many messages are not yet consolidated."""
     consolidate_at: float = Field(0.75, gt=0, le=1)
+    """... or when the prompt reaches this share of the token budget."""
     consolidate_to: float = Field(0.5, gt=0, lt=1)
+    """... down to this share (below consolidate_at)."""
     workers: int = Field(2, ge=1, le=32)
+    """Consolidations running at once."""
     consolidate_on_new: bool = True
+    """false: /new rotates the session without consolidating it."""
     max_history_messages: int = Field(0, ge=0)
+    """Cap on history messages sent to the LLM; 0: the token budget alone."""
     groups: Literal["private", "shared"] = "private"
+    """private: group chats see no MEMORY.md and write only HISTORY.md; shared: they read and update MEMORY.md too."""
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
+    """Seconds per consolidation call."""
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
+    """Semantic search (a section with the keys below); null: keyword search alone."""
 
 
 class AgentConfig(_Section):
     max_iterations: int = Field(20, ge=1, le=200)
+    """Tool calls in one turn before memgate stops the loop."""
     max_concurrency: int = Field(8, ge=1, le=256)
+    """Conversations answered at the same time."""
 
 
 GroupPolicy = Literal["mention", "open", "off"]
@@ -72,9 +130,13 @@ class ChatChannelConfig(_Section):
     """What every chat platform's section has."""
 
     enabled: bool = False
+    """Run this channel in `memgate run`."""
     token: str = ""
+    """The bot token (keep it in the env file, e.g. ${TELEGRAM_BOT_TOKEN})."""
     allow_from: list[str] = []  # user ids or @usernames; ["*"] for everyone; [] for nobody
+    """Who may talk to the bot: user ids (or @usernames on Telegram); [] nobody (their ids are logged), [\"*\"] everyone."""
     group_policy: GroupPolicy = "mention"
+    """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
 
     @field_validator("allow_from", mode="before")
     @classmethod
@@ -85,39 +147,64 @@ class ChatChannelConfig(_Section):
 
 class TelegramConfig(ChatChannelConfig):
     base_url: str = "https://api.telegram.org/bot"
+    """Bot API URL; change only for a self-hosted Bot API server."""
     base_file_url: str | None = None
+    """File download URL; null: base_url with /bot made /file/bot."""
     webhook_url: str | None = None
+    """Public HTTPS URL Telegram posts updates to; null: long polling (no open port)."""
     webhook_listen: str = "127.0.0.1:8443"
+    """host:port memgate listens on for the webhook (behind your reverse proxy)."""
     webhook_secret: str | None = None
+    """Secret Telegram sends back with each update; null: a random one at every start."""
 
 
 class DiscordConfig(ChatChannelConfig):
     api_base: str = "https://discord.com/api/v10"
+    """Discord REST API URL; change only for a proxy."""
     gateway_url: str | None = None
+    """Gateway websocket URL; null: the one Discord hands out."""
 
 
 class ChannelsConfig(_Section):
     telegram: TelegramConfig = TelegramConfig()
+    """The Telegram bot (see docs/telegram.md)."""
     discord: DiscordConfig = DiscordConfig()
+    """The Discord bot (see docs/discord.md)."""
 
 
 class HealthConfig(_Section):
     listen: str | None = None  # e.g. "127.0.0.1:8765"
+    """host:port for /healthz and /metrics; null: no health endpoint."""
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        return None if value is None else host_port(value)
 
 
 class Config(_Section):
     workspace: Path = Path("~/.memgate/workspace")
+    """All memory, sessions and media as plain files."""
     # What the gateway keeps for itself (journals, channel state, search index, lock, sockets):
     # outside the workspace, so no tool of the model can name it.
     state_dir: Path = Path("~/.memgate/state")
+    """What the gateway keeps for itself, outside the model's reach (journals, channel state, search index, lock, control socket)."""
     timezone: str = "UTC"
+    """IANA time zone for timestamps shown to people and to the LLM."""
     llm: LLMConfig = LLMConfig()
+    """The chat model."""
     memory: MemoryConfig = MemoryConfig()
+    """Sessions and consolidation into MEMORY.md and HISTORY.md."""
     agent: AgentConfig = AgentConfig()
+    """The agent loop."""
     channels: ChannelsConfig = ChannelsConfig()
+    """Chat platforms; `memgate run` needs one enabled."""
     health: HealthConfig = HealthConfig()
+    """The health and metrics endpoint."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """DEBUG, INFO, WARNING or ERROR; DEBUG also prints tracebacks."""
     shutdown_grace: float = Field(10, ge=0, le=600)
+    """Seconds running answers and consolidation get to finish on stop."""
     # Where the config was read from; not a key of the file.
     source: Path | None = Field(None, exclude=True)
 
@@ -219,6 +306,9 @@ def _lookup(tree: Any, loc: tuple[Any, ...]) -> Any:
     return tree
 
 
+_SECRET_KEYS = {"api_key", "token", "webhook_secret"}  # their values never appear in a message
+
+
 def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = None) -> Config:
     """Validate an already-parsed YAML mapping; errors name `path`, the key and the value."""
     missing: dict[str, str] = {}
@@ -233,7 +323,8 @@ def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = N
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{path}: unknown key {key!r}", path=str(path), key=key) from None
         value = _lookup(raw, loc)
-        shown = "" if value is None or isinstance(value, dict) else f" = {value!r}"
+        secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS
+        shown = "" if value is None or isinstance(value, dict) or secret else f" = {value!r}"
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(
             f"{path}: {key or '(top level)'}{shown}: {message}", path=str(path), key=key
@@ -258,6 +349,10 @@ def _check_relations(config: Config, path: Path) -> None:
         raise ConfigError(f"{path}: {key} = {value!r}: {message}", path=str(path), key=key)
 
     llm, memory = config.llm, config.memory
+    for key in ("workspace", "state_dir"):
+        folder = getattr(config, key)
+        if folder.exists() and not folder.is_dir():
+            fail(key, str(folder), "exists and is not a folder")
     if llm.context_window - llm.max_tokens - 1024 < 1024:
         fail(
             "llm.max_tokens",
@@ -287,18 +382,49 @@ def _in_disabled_channel(config: Config, key: str) -> bool:
     return False
 
 
-def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Read and validate the config file; a missing file gives the defaults."""
+def permission_hint(path: Path, action: str) -> str:
+    """One line naming the path, who we are and the usual fix."""
+    user = getpass.getuser()
+    return (
+        f"{path}: permission denied to {action} it as user {user!r} "
+        f"(fix: sudo chown -R {user} {path.parent}, or run memgate as the owner)"
+    )
+
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def require_api_key(config: Config) -> None:
+    """OpenAI itself needs a key; any other endpoint (Ollama, llama.cpp) may do without."""
+    if config.llm.base_url.rstrip("/") == OPENAI_URL and not config.llm.api_key:
+        raise ConfigError(
+            f"{config.source}: llm.api_key is empty and llm.base_url is OpenAI's: set llm.api_key "
+            "there or export OPENAI_API_KEY (or point llm.base_url at a local server)",
+            path=str(config.source),
+            key="llm.api_key",
+        )
+
+
+def load_config(
+    path: Path | None = None, env: dict[str, str] | None = None, *, must_exist: bool = False
+) -> Config:
+    """Read and validate the config file; a missing file gives the defaults unless `must_exist`."""
     path = (path or default_config_path()).expanduser()
+    if must_exist and not path.exists():
+        raise ConfigError(f"{path}: no such config file", path=str(path))
     if not path.exists():
         return parse_config({"workspace": str(default_workspace())}, path, env)
     try:
         text = path.read_text(encoding="utf-8")
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
+        # One line, file:line:column: reason; never the offending text, which may be a secret.
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML ({exc})", path=str(path)) from None
+        where = f"{mark.line + 1}:{mark.column + 1}:" if mark else ""
+        reason = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{path}:{where} {reason}", path=str(path)) from None
+    except PermissionError:
+        raise ConfigError(permission_hint(path, "read"), path=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read ({exc})", path=str(path)) from None
     if not isinstance(raw, dict):
@@ -309,16 +435,30 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
 
 def write_private(path: Path, text: str) -> None:
     """Write a file readable only by its owner (mode 0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    atomic_write(path, text)
+
+
+def update_llm_section(path: Path, base_url: str, api_key: str | None, model: str) -> None:
+    """Set llm.base_url, llm.api_key (unless None) and llm.model in an existing config, keeping
+    every other key.
+
+    The file is parsed and written back, so its comments are not kept; the values are.
+    """
     try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        raise ConfigError(
+            f"{path}: not valid YAML; fix it or move it away first", path=str(path)
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
+    llm = raw.get("llm")
+    section = {**(llm if isinstance(llm, dict) else {}), "base_url": base_url, "model": model}
+    if api_key is not None:
+        section["api_key"] = api_key
+    raw["llm"] = section
+    header = "# memgate configuration; every key is described in docs/configuration.md.\n"
+    write_private(path, header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
 
 
 def render_config(
@@ -331,7 +471,7 @@ def render_config(
     """The commented config file `memgate init` and the first-run prompt write."""
     key_line = yaml.safe_dump({"api_key": api_key}, allow_unicode=True).strip()
     return f"""\
-# memgate configuration (SPEC §6). ${{VAR}} and ${{VAR:-default}} are read from the environment,
+# memgate configuration; every key is described in docs/configuration.md. ${{VAR}} and ${{VAR:-default}} are read from the environment,
 # so secrets can stay in an env file. Unknown keys are errors.
 workspace: {yaml.safe_dump(str(workspace)).splitlines()[0]}
 timezone: UTC

@@ -6,8 +6,9 @@ MemgateError
 └── LLMError               the chat model could not answer
     ├── LLMTimeoutError        no answer within llm.timeout
     ├── LLMConnectionError     the endpoint could not be reached
-    ├── LLMRateLimitError      429; keeps retry_after
-    └── LLMStatusError         any other HTTP error status
+    └── LLMStatusError         any HTTP error status
+        ├── LLMRateLimitError      429; keeps retry_after
+        └── LLMToolsUnsupportedError   the model cannot call tools
 """
 
 from __future__ import annotations
@@ -31,30 +32,47 @@ class WorkspaceLockedError(MemgateError):
 
 
 class LLMError(MemgateError):
-    """The language model call failed; `user_message` is safe to show to the person."""
+    """The language model call failed.
+
+    `user_message` is the short reply a group sees; `cause` names what the owner can change, for
+    private chats, the log line and the terminal. The provider fills in `model` and `endpoint`
+    (host:port, never a key) so both can say which model at which server failed.
+    """
 
     user_message = "Sorry, the language model failed to answer. Please try again."
+    status: int | None = None
+
+    def __init__(self, message: str, *, model: str = "", endpoint: str = "") -> None:
+        super().__init__(message)
+        self.model = model
+        self.endpoint = endpoint
+
+    @property
+    def cause(self) -> str:
+        return f"the model's answer was unusable: {self}"
 
 
 class LLMTimeoutError(LLMError):
     user_message = "Sorry, the language model did not answer in time. Please try again."
 
+    @property
+    def cause(self) -> str:
+        return f"{self.endpoint or 'the model'} did not answer in time ({self}; see llm.timeout)"
+
 
 class LLMConnectionError(LLMError):
     user_message = "Sorry, I could not reach the language model. Please try again later."
 
-
-class LLMRateLimitError(LLMError):
-    user_message = "Sorry, the language model is rate-limiting me. Please try again in a moment."
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+    @property
+    def cause(self) -> str:
+        return f"could not reach {self.endpoint or 'the model'} (llm.base_url: is the server up?)"
 
 
 class LLMStatusError(LLMError):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
+    """Any HTTP error status; 401/403 and 404 have causes a person can fix in the config."""
+
+    def __init__(self, message: str, status: int, *, model: str = "", endpoint: str = "") -> None:
+        super().__init__(message, model=model, endpoint=endpoint)
         self.status = status
 
     @property
@@ -62,3 +80,44 @@ class LLMStatusError(LLMError):
         return (
             f"Sorry, the language model returned an error (HTTP {self.status}). Please try again."
         )
+
+    @property
+    def cause(self) -> str:
+        if self.status in (401, 403):
+            return f"the API key was refused (llm.api_key) by {self.endpoint}: {self}"
+        if self.status == 404:
+            return (
+                f"model or URL not found (llm.model / llm.base_url — does it end in /v1?): "
+                f"model {self.model!r} at {self.endpoint}"
+            )
+        return f"{self.endpoint} answered {self}"
+
+
+class LLMRateLimitError(LLMStatusError):
+    """429; keeps the server's retry-after."""
+
+    user_message = "Sorry, the language model is rate-limiting me. Please try again in a moment."
+
+    def __init__(
+        self,
+        message: str,
+        retry_after: float | None = None,
+        *,
+        model: str = "",
+        endpoint: str = "",
+    ) -> None:
+        super().__init__(message, 429, model=model, endpoint=endpoint)
+        self.retry_after = retry_after
+
+    @property
+    def cause(self) -> str:
+        wait = f"; retry after {self.retry_after:.0f}s" if self.retry_after is not None else ""
+        return f"{self.endpoint} is rate-limiting requests (HTTP 429){wait}"
+
+
+class LLMToolsUnsupportedError(LLMStatusError):
+    """The endpoint says this model cannot call tools (set llm.tools: off)."""
+
+    @property
+    def cause(self) -> str:
+        return f"model {self.model!r} does not support tool calling (set llm.tools: off)"

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletion
@@ -23,6 +25,7 @@ from gateway.errors import (
     LLMRateLimitError,
     LLMStatusError,
     LLMTimeoutError,
+    LLMToolsUnsupportedError,
 )
 from memory.errors import EmbeddingError
 
@@ -58,6 +61,53 @@ class ChatProvider(Protocol):
     ) -> ChatResponse: ...
 
 
+ToolsMode = Literal["auto", "on", "off"]
+
+# How servers say a model cannot call tools: Ollama ("... does not support tools"), OpenRouter
+# ("No endpoints found that support tool use"), vLLM started without --enable-auto-tool-choice.
+_TOOLS_REFUSED = re.compile(
+    r"(does not|doesn't) support tools|support tool use|tools? (is|are) not supported"
+    r"|enable-auto-tool-choice",
+    re.IGNORECASE,
+)
+
+
+class ToolSupport:
+    """Whether requests carry tools: `llm.tools`, and in `auto` what the endpoint has told us.
+
+    One instance is shared by every client of one process, so the switch to no tools happens once,
+    with one warning, for the replies and the consolidation alike.
+    """
+
+    def __init__(self, mode: ToolsMode = "auto") -> None:
+        self.mode = mode
+        self.enabled = mode != "off"
+
+    def refused(self, model: str) -> bool:
+        """The endpoint refused tools; True if we switched them off (mode `auto`)."""
+        if self.mode != "auto":
+            return False
+        if self.enabled:
+            self.enabled = False
+            log.warning(
+                "model does not support tool calling; continuing without tools for this "
+                "process (set llm.tools: off to skip this check) model=%s",
+                model,
+            )
+        return True
+
+
+def endpoint_of(base_url: str) -> str:
+    """host:port of a base URL, for messages (never the path or credentials in it)."""
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port = port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname or base_url}:{port}"
+
+
 class OpenAIProvider:
     """Chat completions through the openai SDK against any OpenAI-compatible endpoint."""
 
@@ -71,8 +121,12 @@ class OpenAIProvider:
         max_retries: int = 2,
         temperature: float = 0.7,
         max_tokens: int = 4096,
+        tool_support: ToolSupport | None = None,
     ) -> None:
         self.model = model
+        self.endpoint = endpoint_of(base_url)
+        self.tool_support = tool_support or ToolSupport()
+        self._api_key = api_key
         self.temperature = temperature
         self.max_tokens = max_tokens
         # Local servers (Ollama, llama.cpp) accept any key, but the SDK insists on one.
@@ -93,19 +147,33 @@ class OpenAIProvider:
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
     ) -> ChatResponse:
-        for attempt in range(3):  # at most one adaptation per refused parameter
+        """One completion; with tools off (`llm.tools`, or learnt in `auto`) none are sent.
+
+        When the endpoint answers that the model cannot call tools, a plain reply (no
+        `tool_choice`) is asked again without them; a call that insists on a tool (consolidation)
+        gets LLMToolsUnsupportedError, so it can ask for its answer as text instead.
+        """
+        for attempt in range(4):  # at most one adaptation per refused parameter
             kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
             kwargs[self._limit_key] = self.max_tokens
             if self._send_temperature:
                 kwargs["temperature"] = self.temperature
-            if tools:
+            sends_tools = bool(tools) and self.tool_support.enabled
+            if sends_tools:
                 kwargs["tools"] = tools
                 if tool_choice is not None:
                     kwargs["tool_choice"] = tool_choice
             try:
                 return await self._post(kwargs)
             except LLMStatusError as exc:
-                if attempt == 2 or not self._adapt(exc):
+                if sends_tools and _TOOLS_REFUSED.search(str(exc)):
+                    switched = self.tool_support.refused(self.model)
+                    if not switched or tool_choice is not None:
+                        raise LLMToolsUnsupportedError(
+                            str(exc), exc.status or 400, model=self.model, endpoint=self.endpoint
+                        ) from exc
+                    continue
+                if attempt == 3 or not self._adapt(exc):
                     raise
         raise AssertionError("unreachable")
 
@@ -141,18 +209,41 @@ class OpenAIProvider:
                     "/chat/completions", body=kwargs, cast_to=ChatCompletion
                 )
         except TimeoutError as exc:
-            raise LLMTimeoutError(f"no answer within {self._deadline:.0f}s") from exc
+            raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
         except openai.APITimeoutError as exc:
-            raise LLMTimeoutError(str(exc)) from exc
+            raise self._error(LLMTimeoutError, str(exc)) from exc
         except openai.APIConnectionError as exc:
-            raise LLMConnectionError(str(exc)) from exc
+            raise self._error(LLMConnectionError, _connection_text(exc)) from exc
         except openai.RateLimitError as exc:
-            raise LLMRateLimitError(str(exc), _retry_after(exc)) from exc
+            raise LLMRateLimitError(
+                self._redact(_status_text(exc)),
+                _retry_after(exc),
+                model=self.model,
+                endpoint=self.endpoint,
+            ) from exc
         except openai.APIStatusError as exc:
-            raise LLMStatusError(_status_text(exc), exc.status_code) from exc
+            raise LLMStatusError(
+                self._redact(_status_text(exc)),
+                exc.status_code,
+                model=self.model,
+                endpoint=self.endpoint,
+            ) from exc
         except (openai.OpenAIError, ValueError) as exc:
-            raise LLMError(f"unusable answer from the model: {exc}") from exc
-        return _to_response(completion)
+            raise self._error(LLMError, f"unusable answer from the model: {exc}") from exc
+        try:
+            return _to_response(completion)
+        except LLMError as exc:
+            exc.model, exc.endpoint = self.model, self.endpoint
+            raise
+
+    def _error(self, kind: type[LLMError], message: str) -> LLMError:
+        return kind(self._redact(message), model=self.model, endpoint=self.endpoint)
+
+    def _redact(self, text: str) -> str:
+        """Providers echo (part of) a refused key; none of it reaches a log or a reply."""
+        if len(self._api_key) >= 6:
+            text = text.replace(self._api_key, "***")
+        return _KEY_LIKE.sub("***", text)
 
     async def close(self) -> None:
         await self._client.close()
@@ -211,6 +302,18 @@ def _to_response(completion: Any) -> ChatResponse:
         prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
     )
+
+
+# Key-shaped words as providers echo them ("Incorrect API key provided: sk-proj-ab***xyz").
+_KEY_LIKE = re.compile(r"\b(?:sk|key|gsk|xai)-[A-Za-z0-9_*\-]{6,}")
+
+
+def _connection_text(exc: openai.APIConnectionError) -> str:
+    """The root cause (refused, DNS) rather than the SDK's generic "Connection error."."""
+    cause: BaseException | None = exc.__cause__
+    while cause is not None and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return f"{exc}: {cause}" if cause is not None and str(cause) else str(exc)
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:

@@ -20,6 +20,7 @@ from channels.discord import DiscordChannel
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime, open_runtime
 from gateway.config import Config
+from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError
 from gateway.metrics import health_server
 
@@ -88,7 +89,16 @@ async def run_service(config: Config) -> int:
             channels = build_channels(config, runtime)
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
-            await _serve(config, runtime, channels, stop)
+
+            def live() -> dict[str, Any]:
+                return {
+                    "channels": {channel.name: channel.connected for channel in channels},
+                    "queue": runtime.consolidator.queue_depth,
+                }
+
+            # `memgate chat` and `memgate status` talk to this process through the socket.
+            async with control_server(socket_path(config.state_dir), runtime.agent.handle, live):
+                await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):

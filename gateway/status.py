@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.config import Config
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore, parse_session_bytes
@@ -11,6 +13,25 @@ def mask(secret: str) -> str:
     if not secret:
         return "(not set)"
     return "***" + secret[-4:] if len(secret) > 12 else "***"
+
+
+def describe_live(live: dict[str, Any] | None) -> str:
+    """The running service's own figures, from its control socket."""
+    if live is None or "error" in live:
+        return "service:    not running (no answer on the control socket)"
+    channels = ", ".join(
+        f"{name} {'up' if up else 'DOWN'}" for name, up in live.get("channels", {}).items()
+    )
+    return (
+        f"service:    running {_duration(float(live.get('uptime', 0)))}; "
+        f"channels {channels or 'none'}; consolidation queue {live.get('queue', 0)}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def describe(config: Config) -> str:

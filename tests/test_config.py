@@ -66,10 +66,10 @@ def test_expansion_with_defaults_and_disabled_channels(tmp_path: Path) -> None:
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
-    """Broken YAML is reported with the file and line."""
+    """Broken YAML is one line: file:line:column: reason."""
     path = tmp_path / "config.yaml"
     path.write_text("llm:\n  model: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"config\.yaml: line \d+"):
+    with pytest.raises(ConfigError, match=r"config\.yaml:\d+:\d+: expected"):
         load_config(path)
 
 

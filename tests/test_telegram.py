@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import json
 import logging
+import warnings
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -861,3 +863,20 @@ async def test_webhook_mode_serves_updates_with_the_secret(
     # Journaled before the 200 went back to Telegram, like a polled update; then finished.
     assert [r["update"]["update_id"] for r in journaled(tmp_path) if "update" in r] == [5000]
     assert pending_ids(tmp_path) == set()
+
+
+async def test_an_instant_answer_leaves_no_unawaited_typing_coroutine(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """A reply ready before the typing loop starts (a command) cancels it without a warning."""
+
+    async def instant(message: InboundMessage) -> OutboundMessage:
+        return OutboundMessage("telegram", message.chat_id, "Stopped.")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with running(make_channel(fake, tmp_path, instant)):
+            fake.message("/stop")
+            await fake.wait_sent(1)
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []

@@ -247,6 +247,9 @@ class FakeDiscord:
     connections: int = 0
     login_statuses: list[int] = field(default_factory=list)  # scripted for GET /users/@me
     close_on_identify: int | None = None  # e.g. 4014 to refuse the intents
+    # The application's flags: GATEWAY_MESSAGE_CONTENT_LIMITED (1 << 19), the intent switched on
+    # in the Developer Portal for a bot in fewer than 100 servers. 0: switched off.
+    application_flags: int = 1 << 19
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
@@ -362,7 +365,7 @@ class FakeDiscord:
                 "bot_require_code_grant": False,
                 "verify_key": "0" * 64,
                 "owner": user(OWNER_ID, "owner"),
-                "flags": 0,
+                "flags": self.application_flags,
             }
         )
 

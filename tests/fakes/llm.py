@@ -59,18 +59,46 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def is_text_consolidation(body: dict[str, Any]) -> bool:
+    """True for a consolidation asked as plain text (a model without tool calling)."""
+    return not body.get("tools") and "Reply with one JSON object" in last_user_text(body)
+
+
+def consolidation_prompt(body: dict[str, Any]) -> str:
+    """The user message that carries MEMORY.md and the conversation to consolidate."""
+    for message in body.get("messages", []):
+        if message.get("role") == "user" and "## Conversation to consolidate" in str(
+            message.get("content")
+        ):
+            return str(message["content"])
+    return ""
+
+
+def text_consolidation_reply(body: dict[str, Any]) -> Reply:
+    """What a small model answers when asked for the save_memory arguments as text: fenced JSON."""
+    wants_memory = '"memory_update"' in last_user_text(body)
+    arguments = _consolidation_arguments(consolidation_prompt(body), wants_memory)
+    return text(f"Here you go:\n```json\n{json.dumps(arguments)}\n```")
+
+
 def consolidation_reply(body: dict[str, Any]) -> Reply:
     """A well-formed save_memory call: one history paragraph, MEMORY.md plus one fact."""
-    prompt = last_user_text(body)
+    wants_memory = any(
+        t["function"]["parameters"]["properties"].get("memory_update") for t in body["tools"]
+    )
+    return tool_call("save_memory", _consolidation_arguments(last_user_text(body), wants_memory))
+
+
+def _consolidation_arguments(prompt: str, wants_memory: bool) -> dict[str, str]:
     memory, _, conversation = prompt.partition("## Conversation to consolidate\n\n")
     memory = memory.removeprefix("## Current MEMORY.md\n\n").strip()
     lines = [line for line in conversation.splitlines() if line.startswith("[")]
     stamp = lines[-1][:18] if lines else "[2026-01-01 00:00]"
     first = lines[0][19:80] if lines else ""
     arguments = {"history_entry": f"{stamp} Summary of {len(lines)} messages: {first}"}
-    if any(t["function"]["parameters"]["properties"].get("memory_update") for t in body["tools"]):
+    if wants_memory:
         arguments["memory_update"] = f"{memory}\n- Fact from {len(lines)} messages\n"
-    return tool_call("save_memory", arguments)
+    return arguments
 
 
 EMBEDDING_DIMS = 64
@@ -127,6 +155,8 @@ class FakeLLM:
     in_flight: int = 0
     embedding_requests: list[dict[str, Any]] = field(default_factory=list)
     embedding_error: Reply | None = None  # e.g. error(500): every embeddings request fails
+    # As Ollama serves a model without tool calling: any request offering tools gets a 400.
+    tools_unsupported: bool = False
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
 
@@ -176,6 +206,13 @@ class FakeLLM:
         if self._arrived is not None:
             async with self._arrived:
                 self._arrived.notify_all()
+        if self.tools_unsupported and body.get("tools"):
+            model = body.get("model", "fake")
+            return await self._respond(
+                request,
+                body,
+                error(400, f"registry.ollama.ai/library/{model} does not support tools"),
+            )
         step = self._next_step(body)
         self.in_flight += 1
         try:
@@ -184,6 +221,8 @@ class FakeLLM:
                     reply = self.default(body)
                 elif is_consolidation(body):
                     reply = consolidation_reply(body)
+                elif is_text_consolidation(body):
+                    reply = text_consolidation_reply(body)
                 else:
                     reply = text(f"echo: {last_user_text(body)}")
                 delay, hold = self.delay, None

@@ -358,6 +358,9 @@ class FakeTelegram:
     async def _api_setWebhook(self, params: Json) -> bool:
         return True
 
+    async def _api_getWebhookInfo(self, params: Json) -> Json:
+        return {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+
     async def download(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != TOKEN:
             return web.Response(status=401)

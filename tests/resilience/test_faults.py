@@ -85,26 +85,26 @@ LLM_FAULTS = [
     LLMFault(
         "http-500",
         [(error(500, "internal meltdown"), 0)],
-        "the language model returned an error (HTTP 500)",
+        "answered HTTP 500: internal meltdown",
         ("llm failed session=telegram:42", "HTTP 500: internal meltdown"),
     ),
     LLMFault(
         "http-429",
         [(error(429, "slow down", retry_after=7), 0)],
-        "the language model is rate-limiting me",
+        "is rate-limiting requests (HTTP 429); retry after 7s",
         ("llm failed session=telegram:42", "slow down"),
     ),
     LLMFault(
         "timeout",
         [(text("far too late"), 4.0)],
-        "the language model did not answer in time",
+        "did not answer in time",
         ("llm failed session=telegram:42", "LLMTimeoutError"),
         {"llm": {"timeout": 1}},
     ),
     LLMFault(
         "malformed-json",
         [({"raw": '{"id": "x", "choices": [{"message": {"content": "trunc'}, 0)],
-        "the language model failed to answer",
+        "the model's answer was unusable",
         ("llm failed session=telegram:42", "unusable answer"),
     ),
     LLMFault(

@@ -1,0 +1,188 @@
+"""`memgate chat` beside a running `memgate run`, and Ctrl-C on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import pty
+import signal
+import stat
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from gateway.control import request
+from tests.conftest import build_config
+from tests.fakes.llm import FakeLLM, text
+from tests.fakes.telegram_api import TOKEN, FakeTelegram
+from tests.test_cli import memgate
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def service_config(tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+state_dir: {tmp_path / "state"}
+llm:
+  base_url: {llm.url}
+  api_key: sk-attach-secret-0123456789
+  max_retries: 0
+  timeout: 20
+channels:
+  telegram:
+    enabled: true
+    token: "{TOKEN}"
+    allow_from: ["42"]
+    base_url: {telegram.url}
+    base_file_url: {telegram.file_url}
+shutdown_grace: 5
+"""
+    )
+    return path
+
+
+async def wait_for_socket(socket: Path, process: asyncio.subprocess.Process) -> dict:
+    """Until the service answers a status request on its control socket."""
+    async with asyncio.timeout(30):
+        while True:
+            assert process.returncode is None, "memgate run exited early"
+            live = await request(socket, {"op": "status"})
+            if live is not None and all(live["channels"].values()):
+                return live
+            await asyncio.sleep(0.1)
+
+
+async def test_chat_is_answered_by_the_running_service(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """With `memgate run` up, `chat -m` goes through its agent; `status` shows its live figures."""
+    config = service_config(tmp_path, fake_llm, fake_telegram)
+    log = (tmp_path / "run.log").open("wb")
+    service = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
+    )
+    socket = tmp_path / "state" / "control.sock"
+    try:
+        live = await wait_for_socket(socket, service)
+        assert live["channels"] == {"telegram": True}
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o600
+        fake_llm.push(text("Answered by the service."))
+        code, out, err = await memgate(
+            "chat", "--config", str(config), "-m", "hello", home=tmp_path
+        )
+        assert (code, out.strip()) == (0, "Answered by the service."), err
+        assert len(fake_llm.chat_requests()) == 1
+        session = tmp_path / "workspace" / "sessions" / "terminal:local.jsonl"
+        turns = [json.loads(line) for line in session.read_text().splitlines()]
+        said = [(t.get("role"), t.get("content")) for t in turns if t.get("role")]
+        assert said[-2:] == [("user", "hello"), ("assistant", "Answered by the service.")]
+        code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
+        assert code == 0 and "service:    running" in out and "telegram up" in out
+    finally:
+        service.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(service.wait(), 30) == 0
+        log.close()
+    assert not socket.exists()
+    code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
+    assert "service:    not running" in out
+    code, out, err = await memgate("chat", "--config", str(config), "-m", "alone", home=tmp_path)
+    assert (code, out.strip()) == (0, "echo: alone"), err  # in-process, as before
+
+
+class Terminal:
+    """memgate on a pseudo-terminal that is its controlling terminal, so ^C sends SIGINT."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        master, slave = pty.openpty()
+
+        def controlling_tty() -> None:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            preexec_fn=controlling_tty,
+        )
+        os.close(slave)
+        self.master = master
+        self.output = ""
+
+    async def wait_for(self, needle: str, count: int = 1) -> None:
+        """Read until `needle` appeared `count` times in the output."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(30):
+            while self.output.count(needle) < count:
+                chunk = await loop.run_in_executor(None, self._read)
+                if not chunk:
+                    raise AssertionError(f"terminal closed; output so far:\n{self.output}")
+                self.output += chunk
+
+    def _read(self) -> str:
+        try:
+            return os.read(self.master, 65536).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    async def exit_code(self) -> int:
+        async with asyncio.timeout(30):
+            while self.process.poll() is None:
+                chunk = await asyncio.get_running_loop().run_in_executor(None, self._read)
+                self.output += chunk
+                if not chunk:
+                    break
+        return await asyncio.to_thread(self.process.wait, 30)
+
+    def close(self) -> None:
+        os.close(self.master)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+async def test_ctrl_c_stops_an_answer_and_then_quits(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """^C during a held answer prints "stopped" and gives the prompt back, the message kept; ^C at
+    the prompt quits with exit 0."""
+    config = build_config(tmp_path / "workspace", fake_llm.url)
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"workspace: {config.workspace}\nstate_dir: {config.state_dir}\n"
+        f"llm:\n  base_url: {fake_llm.url}\n  api_key: sk-pty-secret-0123456789\n  max_retries: 0\n"
+    )
+    held = asyncio.Event()
+    fake_llm.push(text("never shown"), hold=held)
+    env = {**os.environ, "MEMGATE_HOME": str(tmp_path / "home")}
+    terminal = Terminal(["chat", "--config", str(path)], env)
+    try:
+        await terminal.wait_for("you> ")
+        terminal.type("remember the blue door\n")
+        await fake_llm.wait_for_requests(1, "chat")
+        terminal.type("\x03")  # ^C, which the terminal turns into SIGINT
+        await terminal.wait_for("stopped")
+        await terminal.wait_for("you> ", 2)
+        held.set()
+        terminal.type("\x03")
+        assert await terminal.exit_code() == 0, terminal.output
+    finally:
+        terminal.close()
+    assert "never shown" not in terminal.output and "Traceback" not in terminal.output
+    session = config.workspace / "sessions" / "terminal:local.jsonl"
+    assert "remember the blue door" in session.read_text()

@@ -1,0 +1,102 @@
+"""The first mistakes with the configuration: each is one line on stderr and the right exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from memory.fileio import atomic_write
+from tests.fakes.llm import FakeLLM
+from tests.test_cli import memgate
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+async def test_only_a_workspace_means_no_api_key_for_openai(tmp_path: Path) -> None:
+    """A config with only `workspace:` set: `chat -m hi` exits 78 naming llm.api_key."""
+    config = write(tmp_path / "config.yaml", f"workspace: {tmp_path / 'ws'}\n")
+    env = {"OPENAI_API_KEY": ""}
+    code, out, err = await memgate(
+        "chat", "-m", "hi", "--config", str(config), home=tmp_path, env=env
+    )
+    assert code == 78 and out == ""
+    assert err.count("\n") == 1 and "llm.api_key" in err and "OPENAI_API_KEY" in err
+    code, _, err = await memgate("--config", str(config), "run", home=tmp_path, env=env)
+    assert code == 78 and err.count("\n") == 1
+
+
+async def test_an_empty_key_is_fine_for_a_local_server(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """Any base_url but OpenAI's may go without a key (Ollama, llama.cpp)."""
+    config = write(
+        tmp_path / "config.yaml",
+        f"workspace: {tmp_path / 'ws'}\nllm:\n  base_url: {fake_llm.url}\n  max_retries: 0\n",
+    )
+    code, out, err = await memgate("--config", str(config), "chat", "-m", "hi", home=tmp_path)
+    assert (code, out.strip()) == (0, "echo: hi"), err
+
+
+async def test_config_before_or_after_the_command_is_the_same(tmp_path: Path) -> None:
+    """`--config X status` and `status --config X` print the same; `memory show` reads X's files."""
+    workspace = tmp_path / "elsewhere"
+    config = write(tmp_path / "x.yaml", f"workspace: {workspace}\nstate_dir: {tmp_path / 's'}\n")
+    atomic_write(workspace / "memory" / "MEMORY.md", "# X's own memory\n")
+    home = tmp_path / "home"  # its default config would point at another workspace
+    before = await memgate("--config", str(config), "status", home=home)
+    after = await memgate("status", "--config", str(config), home=home)
+    assert before == after and before[0] == 0 and str(workspace) in before[1]
+    code, out, _ = await memgate("--config", str(config), "memory", "show", home=home)
+    assert (code, out) == (0, "# X's own memory\n")
+    code, out, _ = await memgate("memory", "show", "--config", str(config), home=home)
+    assert (code, out) == (0, "# X's own memory\n")
+
+
+async def test_a_config_path_that_does_not_exist_is_exit_78(tmp_path: Path) -> None:
+    """An explicit --config that names no file is an error, not a run on the defaults."""
+    missing = tmp_path / "typo.yaml"
+    for args in (("--config", str(missing), "status"), ("status", "--config", str(missing))):
+        code, _, err = await memgate(*args, home=tmp_path)
+        assert code == 78 and err.count("\n") == 1 and "typo.yaml: no such config file" in err
+
+
+async def test_bad_values_are_one_line_without_the_secret(tmp_path: Path) -> None:
+    """YAML errors, health.listen, base_url and workspace are each reported in one line."""
+    ws_file = write(tmp_path / "a-file", "")
+    cases = {
+        "llm:\n  api_key: sk-very-secret-value-123\n  model: [unclosed\n": ":4:1: expected",
+        "health:\n  listen: localhost\n": "health.listen = 'localhost': must be host:port",
+        "llm:\n  api_key: sk-very-secret-value-123\n  base_url: localhost:11434\n": "llm.base_url",
+        f"workspace: {ws_file}\n": "workspace = ",
+    }
+    for text, expected in cases.items():
+        config = write(tmp_path / "config.yaml", text)
+        code, _, err = await memgate("--config", str(config), "status", home=tmp_path)
+        assert code == 78 and err.count("\n") == 1, err
+        assert expected in err and "sk-very-secret" not in err
+
+
+async def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    """`memory log -n -1` is a usage error (exit 2), as argparse reports them."""
+    code, _, err = await memgate("memory", "log", "-n", "-1", home=tmp_path)
+    assert code == 2 and "must be 1 or more" in err
+
+
+async def test_status_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`memgate status | head -1`: a reader that went away is no error."""
+    config = write(tmp_path / "config.yaml", f"workspace: {tmp_path / 'ws'}\n")
+    read, written = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "--config", str(config), "status"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=written,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MEMGATE_HOME": str(tmp_path)},
+    )
+    os.close(written)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0 and err == b""
