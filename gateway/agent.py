@@ -21,7 +21,8 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
 from gateway.provider import ChatProvider, ChatResponse
-from gateway.tools import ToolRegistry
+from gateway.scope import scope_for
+from gateway.tools import ToolBox, ToolRegistry
 from memory.files import MemoryFiles
 from memory.sessions import Session, SessionStore, history_window
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -68,8 +69,7 @@ class AgentLoop:
         sessions: SessionStore,
         memory: MemoryFiles,
         counter: TokenCounter,
-        tools: ToolRegistry,
-        group_tools: ToolRegistry | None = None,
+        tools: ToolBox,
         context: ContextBuilder,
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
@@ -79,9 +79,8 @@ class AgentLoop:
         self.sessions = sessions
         self.memory = memory
         self.counter = counter
+        # Each turn gets the tools of its scope (gateway/scope.py), chosen from the session.
         self.tools = tools
-        # Groups whose memory is private get tools that cannot reach memory/ or sessions/.
-        self.group_tools = group_tools or tools
         self.context = context
         self.keeper = keeper
         self.observer = observer
@@ -206,13 +205,13 @@ class AgentLoop:
                 user["sender_name"] = message.sender_name
             if message.message_id:
                 user["message_id"] = message.message_id
-            if message.is_group:
-                session.group = True
+            if message.is_group or not message.sender_is_owner:
+                session.group = True  # a group's or a guest's words stay out of MEMORY.md
             await self.sessions.add_messages(session, [user])
 
-        include_memory = not message.is_group or self.config.memory.groups == "shared"
-        tools = self.tools if include_memory else self.group_tools
-        system = await self.context.system_prompt(include_memory=include_memory)
+        scope = scope_for(message, self.config.memory.groups)
+        tools = self.tools.for_scope(scope)
+        system = await self.context.system_prompt(scope)
         current = {"role": "user", "content": self.context.user_content(message)}
         schemas = tools.schemas()
         system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
