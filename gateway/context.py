@@ -43,8 +43,8 @@ PRIVATE_WORKSPACE = """\
 GROUP_WORKSPACE = """\
 ## Your workspace in this chat
 - This is a shared chat. Tools read_file, write_file, edit_file and list_dir take paths relative
-  to the workspace, and here they reach only {own}/ (notes for this chat: read and write) and
-  {media}/ (files sent in this chat: read only). Everything else is private to the owner.
+  to the workspace, and here they reach only {own} (notes for this chat: read and write) and
+  {media} (files sent in this chat: read only). Everything else is private to the owner.
 """
 
 ANSWERING = """\
@@ -113,7 +113,8 @@ class ContextBuilder:
             parts = [IDENTITY.strip(), PRIVATE_WORKSPACE.strip(), ANSWERING.strip(), SEARCH_PROMPT]
             names: tuple[str, ...] = BOOTSTRAP_FILES
         else:
-            own, media = scope.writes[0], scope.reads[-1]
+            own = " and ".join(f"{root}/" for root in scope.writes)
+            media = " and ".join(f"{root}/" for root in scope.reads if root not in scope.writes)
             workspace = GROUP_WORKSPACE.format(own=own, media=media).strip()
             parts = [IDENTITY.strip(), workspace, ANSWERING.strip()]
             names = GROUP_BOOTSTRAP_FILES
