@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app import open_runtime
-from gateway.errors import WorkspaceLockedError
+from gateway.errors import ConfigError, WorkspaceLockedError
 from memory.search import MemorySearch
 from tests.conftest import build_config
 from tests.fakes.llm import FakeLLM, parallel, text, tool_call
@@ -220,3 +220,35 @@ async def test_everything_init_chat_and_run_create_is_owner_only(
     assert (home / "config.yaml").is_file() and (home / "workspace" / "USER.md").is_file()
     # home holds what init wrote (config, its workspace); the harness's own files sit beside it.
     assert modes(home, workspace, state) == {}
+
+
+async def test_a_name_already_in_the_state_folder_is_never_overwritten(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both copies of a state file are kept; a stale old index is dropped, the new one stays."""
+    config = build_config(tmp_path / "workspace", fake_llm.url)
+    await old_layout(config.workspace)
+    name = f"telegram-{BOT['id']}.json"
+    (config.state_dir / "index").mkdir(parents=True)
+    (config.state_dir / "index" / "memory.db").write_bytes(b"the new index")
+    (config.state_dir / name).write_text('{"last_update_id": 950}')
+    async with open_runtime(config):
+        pass
+    assert (config.state_dir / name).read_text() == '{"last_update_id": 950}'
+    assert (config.state_dir / f"{name}.from-workspace").read_text() == '{"last_update_id": 899}'
+    assert (config.state_dir / "index" / "memory.db").read_bytes() == b"the new index"
+    assert not (config.workspace / ".state").exists() and not (config.workspace / ".index").exists()
+    assert "the workspace's copy is kept as" in caplog.text
+
+
+@pytest.mark.parametrize("inside", ["state_in_workspace", "workspace_in_state"])
+async def test_state_and_workspace_must_be_apart(
+    tmp_path: Path, fake_llm: FakeLLM, inside: str
+) -> None:
+    """A state folder inside the workspace (or around it) is a configuration error naming state_dir."""
+    workspace = tmp_path / "home" / "workspace"
+    state = workspace / "state" if inside == "state_in_workspace" else tmp_path / "home"
+    config = build_config(workspace, fake_llm.url, {"state_dir": str(state)})
+    with pytest.raises(ConfigError, match="state_dir"):
+        async with open_runtime(config):
+            pass
