@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app import open_runtime
+from gateway.cli import chat_history_path
 from gateway.errors import ConfigError, WorkspaceLockedError
 from memory.search import MemorySearch
 from tests.conftest import build_config
@@ -252,3 +253,18 @@ async def test_state_and_workspace_must_be_apart(
     with pytest.raises(ConfigError, match="state_dir"):
         async with open_runtime(config):
             pass
+
+
+def test_the_terminal_history_moves_to_the_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/.memgate/chat_history` of an older memgate moves to the state folder, owner-only."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "chat_history").write_text("hello\n")
+    os.chmod(home / "chat_history", 0o644)
+    monkeypatch.setenv("MEMGATE_HOME", str(home))
+    config = build_config(home / "workspace", "http://127.0.0.1:9/v1")
+    path = chat_history_path(config)
+    assert path == config.state_dir / "chat_history" and path.read_text() == "hello\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and not (home / "chat_history").exists()
