@@ -27,7 +27,6 @@ from tests.fakes.llm import FakeLLM, parallel, text, tool_call
 from tests.fakes.telegram_api import BOT, FakeTelegram
 from tests.resilience.conftest import GatewayFactory
 from tests.resilience.harness import SECRETS, read_sessions, until
-from tests.test_cli import converse
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -269,23 +268,3 @@ def test_the_terminal_history_moves_to_the_state_folder(
     path = chat_history_path(config)
     assert path == config.state_dir / "chat_history" and path.read_text() == "hello\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and not (home / "chat_history").exists()
-
-
-async def test_interactive_chat_keeps_its_line_history_owner_only(
-    tmp_path: Path, fake_llm: FakeLLM
-) -> None:
-    """`memgate chat` on a terminal saves what was typed in the state folder, 0600 under umask 022."""
-    home = tmp_path / "home"
-    env = {**os.environ, "MEMGATE_HOME": str(home), "OPENAI_API_KEY": "sk-history-key-123456"}
-    with umask(0o022):
-        code, out = await cli("init", home=home, env={})
-        assert code == 0, out
-        config = home / "config.yaml"
-        config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
-        answers = [("you>", "a private line"), ("you>", "\x04")]
-        code, output = await asyncio.to_thread(converse, ["chat"], answers, env)
-    assert code == 0, output
-    assert "echo: a private line" in output
-    history = home / "state" / "chat_history"
-    assert "a private line" in history.read_text()
-    assert modes(home) == {}
