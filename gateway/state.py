@@ -60,7 +60,11 @@ def move_workspace_state(workspace: Path, state_dir: Path) -> None:
         moved.append(OLD_STATE)
     old_index = workspace / OLD_INDEX
     if old_index.is_dir() and not old_index.is_symlink():
-        _move(old_index, state_dir / INDEX_DIR)
+        if (state_dir / INDEX_DIR).exists():
+            # Derived from the files (`memgate memory search` may have built the new one first).
+            shutil.rmtree(old_index)
+        else:
+            _move(old_index, state_dir / INDEX_DIR)
         moved.append(OLD_INDEX)
     if moved:
         log.info(
@@ -88,10 +92,14 @@ def _remove_old_lock(path: Path) -> None:
 
 def _move(source: Path, target: Path) -> None:
     ensure_private_dir(target.parent)
-    if target.exists() or target.is_symlink():
-        target = target.with_name(target.name + ".from-workspace")
+    wanted, serial = target, 1
+    while target.exists() or target.is_symlink():
+        suffix = ".from-workspace" if serial == 1 else f".from-workspace-{serial}"
+        target = wanted.with_name(wanted.name + suffix)
+        serial += 1
+    if target != wanted:
         log.warning(
-            "state folder already had %s; keeping the workspace's copy as %s", source.name, target
+            "state folder already had %s; the workspace's copy is kept as %s", wanted, target
         )
     # shutil.move copies when the state folder is on another filesystem.
     shutil.move(source, target)
