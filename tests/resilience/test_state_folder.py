@@ -238,6 +238,7 @@ async def test_a_name_already_in_the_state_folder_is_never_overwritten(
     assert (config.state_dir / name).read_text() == '{"last_update_id": 950}'
     assert (config.state_dir / f"{name}.from-workspace").read_text() == '{"last_update_id": 899}'
     assert (config.state_dir / "index" / "memory.db").read_bytes() == b"the new index"
+    assert not list(config.state_dir.glob("index.*"))  # the stale index is not kept beside
     assert not (config.workspace / ".state").exists() and not (config.workspace / ".index").exists()
     assert "the workspace's copy is kept as" in caplog.text
 
