@@ -156,7 +156,7 @@ class AgentLoop:
             turn.cancel()
             return "Stopped."
         if name == "status":
-            return await self._status(key)
+            return await self._status(key, scope_for(message, self.config.memory.groups).memory)
         # /new waits for a running turn of this chat, then rotates the file at once.
         async with self._session_lock(key):
             archived = await self.sessions.rotate(key)
@@ -164,7 +164,7 @@ class AgentLoop:
             self.keeper.after_rotate(key, archived)
         return NEW_SESSION_REPLY
 
-    async def _status(self, key: str) -> str:
+    async def _status(self, key: str, with_memory: bool) -> str:
         session = await self.sessions.get(key)
         pending = session.messages[session.last_consolidated :]
         pending_tokens = await asyncio.to_thread(
@@ -173,17 +173,18 @@ class AgentLoop:
             )
         )
         size = session.path.stat().st_size if session.path.exists() else 0
-        memory_size = self.memory.memory_md.stat().st_size if self.memory.memory_md.exists() else 0
-        return "\n".join(
-            [
-                f"Session: {key}",
-                f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
-                f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
-                f"Prompt budget: {self.config.llm.budget} tokens",
-                f"MEMORY.md: {format_size(memory_size)}",
-                f"Model: {self.config.llm.model}",
-            ]
-        )
+        lines = [
+            f"Session: {key}",
+            f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
+            f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
+            f"Prompt budget: {self.config.llm.budget} tokens",
+        ]
+        if with_memory:  # a group or a guest learns nothing about the owner's memory
+            memory_md = self.memory.memory_md
+            memory_size = memory_md.stat().st_size if memory_md.exists() else 0
+            lines.append(f"MEMORY.md: {format_size(memory_size)}")
+        lines.append(f"Model: {self.config.llm.model}")
+        return "\n".join(lines)
 
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:

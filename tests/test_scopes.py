@@ -325,3 +325,12 @@ def test_case_folding_filesystems_fold_the_checks(tmp_path: Path) -> None:
         owner.resolve("Sessions/x.jsonl", writing=True)
     with pytest.raises(PathRefusedError, match="read-only"):
         owner.resolve("MEMORY/Versions/x.md", writing=True)
+
+
+async def test_status_tells_a_group_nothing_about_the_owners_memory(runtime: Runtime) -> None:
+    """/status in a group leaves out MEMORY.md; the owner's /status shows its size."""
+    group = await runtime.agent.handle(inbound("/status", "-100", is_group=True))
+    owner = await runtime.agent.handle(inbound("/status"))
+    assert group is not None and owner is not None
+    assert "MEMORY.md" not in group.text and "Session: test:-100" in group.text
+    assert "MEMORY.md:" in owner.text
