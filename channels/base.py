@@ -51,7 +51,11 @@ class AllowList:
         self._refused: set[str] = set()
 
     def allows(self, sender_id: str, username: str | None = None) -> bool:
-        if self._everyone or sender_id in self._ids:
+        return self._everyone or self.is_owner(sender_id, username)
+
+    def is_owner(self, sender_id: str, username: str | None = None) -> bool:
+        """Listed by id or @name: an owner. `"*"` lets everyone in, but only as a guest."""
+        if sender_id in self._ids:
             return True
         return username is not None and username.lstrip("@").lower() in self._names
 

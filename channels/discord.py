@@ -18,7 +18,8 @@ import aiohttp  # discord.py's own transport; imported for its exception types o
 import yarl
 
 from channels.base import AllowList, ChannelConfigError, split_message
-from gateway.bus import Handler, InboundMessage, OutboundMessage
+from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
+from memory.fileio import atomic_write
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib `audioop` for voice, which memgate never uses; Python 3.11 and
@@ -260,6 +261,7 @@ class DiscordChannel:
                 sender_name=message.author.display_name,
                 media=media,
                 is_group=message.guild is not None,
+                sender_is_owner=self._allow.is_owner(str(message.author.id)),
                 mentioned=mentioned,
                 message_id=str(message.id),
             )
@@ -287,7 +289,7 @@ class DiscordChannel:
         return "\n".join(lines), tuple(media)
 
     async def _save(self, message: discord.Message, attachment: discord.Attachment) -> str | None:
-        """Download an attachment under media/discord/; the workspace-relative path, or None."""
+        """Download an attachment under media/discord/<chat>/; the workspace-relative path, or None."""
         if attachment.size > self._max_media_bytes:
             log.warning(
                 "discord attachment over the size cap message_id=%s size=%d cap=%d",
@@ -306,9 +308,11 @@ class DiscordChannel:
             return None
         if len(data) > self._max_media_bytes:
             return None
-        relative = f"media/discord/{message.id}-{attachment.id}-{_safe_name(attachment.filename)}"
+        # One folder per chat: a chat's scope reaches its own attachments and no one else's.
+        folder = media_folder(self.name, str(message.channel.id))
+        relative = f"{folder}/{message.id}-{attachment.id}-{_safe_name(attachment.filename)}"
         try:
-            await asyncio.to_thread(_write_file, self._workspace / relative, data)
+            await asyncio.to_thread(atomic_write, self._workspace / relative, data)
         except OSError as exc:
             log.error("discord attachment not saved path=%s error=%r", relative, exc)
             return None
@@ -462,11 +466,6 @@ def _safe_name(filename: str) -> str:
     """A file name that cannot climb out of media/ or surprise a shell."""
     name = _UNSAFE_NAME.sub("_", filename).strip("._")[-80:]
     return name or "file"
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
 
 
 _PROBE_TIMEOUT = 15.0  # seconds for `memgate doctor`'s whole check

@@ -14,11 +14,9 @@ import datetime as dt
 import importlib.util
 import json
 import logging
-import os
 import random
 import re
 import secrets
-import tempfile
 import warnings
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -37,7 +35,8 @@ from telegram.request import HTTPXRequest
 from channels.base import AllowList, ChannelConfigError
 from channels.telegram_html import Piece, render_pieces
 from channels.telegram_inbox import Inbox, Json
-from gateway.bus import Handler, InboundMessage, OutboundMessage
+from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +400,7 @@ class TelegramChannel:
         notes: list[str] = []
         media: list[str] = []
         for kind, attachment, name in _attachments(message):
-            note, path = await self._download(kind, attachment, name)
+            note, path = await self._download(kind, attachment, name, str(target.chat_id))
             notes.append(note)
             if path:
                 media.append(path)
@@ -419,13 +418,16 @@ class TelegramChannel:
             sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
             media=tuple(media),
             is_group=message.chat.type in _GROUPS,
+            sender_is_owner=self._allow.is_owner(str(user.id), user.username),
             mentioned=addressed,
             message_id=str(message.message_id),
             session_key=topic,
         )
 
-    async def _download(self, kind: str, attachment: Any, name: str | None) -> tuple[str, str]:
-        """Save one attachment under media/telegram/; (text note, workspace path or "")."""
+    async def _download(
+        self, kind: str, attachment: Any, name: str | None, chat_id: str
+    ) -> tuple[str, str]:
+        """Save one attachment under media/telegram/<chat>/; (text note, workspace path or "")."""
         label = _safe_name(name) if name else kind
         size = attachment.file_size or 0
         if size > MAX_DOWNLOAD:
@@ -443,9 +445,9 @@ class TelegramChannel:
             filename = f"{unique}-{_safe_name(name)}"
         else:
             filename = unique + _suffix(file.file_path or "")
-        folder = self._workspace / "media" / "telegram"
-        await asyncio.to_thread(_write_atomic, folder / filename, bytes(data))
-        path = f"media/telegram/{filename}"
+        # One folder per chat: a chat's scope reaches its own attachments and no one else's.
+        path = f"{media_folder(self.name, chat_id)}/{filename}"
+        await asyncio.to_thread(atomic_write, self._workspace / path, bytes(data))
         return f"[{kind}: {path}]", path
 
     async def _turn(self, inbound: InboundMessage, target: _Target, update_id: int) -> None:
@@ -616,7 +618,7 @@ class TelegramChannel:
 
     def _save_state(self) -> None:
         state = {"last_update_id": self._last_update_id, "last_date": self._last_date}
-        _write_atomic(self._state_path, json.dumps(state).encode())
+        atomic_write(self._state_path, json.dumps(state).encode())
 
     async def _save_state_logged(self) -> None:
         try:
@@ -791,21 +793,6 @@ def _safe_name(name: str) -> str:
 def _suffix(file_path: str) -> str:
     suffix = Path(urlsplit(file_path).path).suffix
     return suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix) else ""
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _file_url(base_url: str) -> str:

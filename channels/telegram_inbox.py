@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memory.fileio import ensure_private_dir
+
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
@@ -48,7 +50,7 @@ class Inbox:
         if self._fd is not None:
             raise RuntimeError("Inbox.open() was already called")
         kept = [update for _, update in sorted(self._read().items())]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.path.parent)
         self._rewrite(kept)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._size = os.fstat(self._fd).st_size

@@ -48,6 +48,7 @@ class TerminalChannel:
             sender_id=self._user,
             sender_name=self._user,
             text=text,
+            sender_is_owner=True,  # whoever holds this terminal holds the workspace too
             session_key=self._session_key,
         )
 

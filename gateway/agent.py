@@ -22,7 +22,8 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
 from gateway.provider import ChatProvider, ChatResponse
-from gateway.tools import ToolRegistry
+from gateway.scope import scope_for
+from gateway.tools import ToolBox, ToolRegistry
 from memory.files import MemoryFiles
 from memory.sessions import Session, SessionStore, history_window
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -69,8 +70,7 @@ class AgentLoop:
         sessions: SessionStore,
         memory: MemoryFiles,
         counter: TokenCounter,
-        tools: ToolRegistry,
-        group_tools: ToolRegistry | None = None,
+        tools: ToolBox,
         context: ContextBuilder,
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
@@ -80,9 +80,8 @@ class AgentLoop:
         self.sessions = sessions
         self.memory = memory
         self.counter = counter
+        # Each turn gets the tools of its scope (gateway/scope.py), chosen from the session.
         self.tools = tools
-        # Groups whose memory is private get tools that cannot reach memory/ or sessions/.
-        self.group_tools = group_tools or tools
         self.context = context
         self.keeper = keeper
         self.observer = observer
@@ -174,7 +173,7 @@ class AgentLoop:
             turn.cancel()
             return "Stopped."
         if name == "status":
-            return await self._status(key)
+            return await self._status(key, scope_for(message, self.config.memory.groups).memory)
         # /new waits for a running turn of this chat, then rotates the file at once.
         async with self._session_lock(key):
             archived = await self.sessions.rotate(key)
@@ -182,7 +181,7 @@ class AgentLoop:
             self.keeper.after_rotate(key, archived)
         return NEW_SESSION_REPLY
 
-    async def _status(self, key: str) -> str:
+    async def _status(self, key: str, with_memory: bool) -> str:
         session = await self.sessions.get(key)
         pending = session.messages[session.last_consolidated :]
         pending_tokens = await asyncio.to_thread(
@@ -191,17 +190,18 @@ class AgentLoop:
             )
         )
         size = session.path.stat().st_size if session.path.exists() else 0
-        memory_size = self.memory.memory_md.stat().st_size if self.memory.memory_md.exists() else 0
-        return "\n".join(
-            [
-                f"Session: {key}",
-                f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
-                f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
-                f"Prompt budget: {self.config.llm.budget} tokens",
-                f"MEMORY.md: {format_size(memory_size)}",
-                f"Model: {self.config.llm.model}",
-            ]
-        )
+        lines = [
+            f"Session: {key}",
+            f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
+            f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
+            f"Prompt budget: {self.config.llm.budget} tokens",
+        ]
+        if with_memory:  # a group or a guest learns nothing about the owner's memory
+            memory_md = self.memory.memory_md
+            memory_size = memory_md.stat().st_size if memory_md.exists() else 0
+            lines.append(f"MEMORY.md: {format_size(memory_size)}")
+        lines.append(f"Model: {self.config.llm.model}")
+        return "\n".join(lines)
 
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
@@ -223,13 +223,13 @@ class AgentLoop:
                 user["sender_name"] = message.sender_name
             if message.message_id:
                 user["message_id"] = message.message_id
-            if message.is_group:
-                session.group = True
+            if message.is_group or not message.sender_is_owner:
+                session.group = True  # a group's or a guest's words stay out of MEMORY.md
             await self.sessions.add_messages(session, [user])
 
-        include_memory = not message.is_group or self.config.memory.groups == "shared"
-        tools = self.tools if include_memory else self.group_tools
-        system = await self.context.system_prompt(include_memory=include_memory)
+        scope = scope_for(message, self.config.memory.groups)
+        tools = self.tools.for_scope(scope)
+        system = await self.context.system_prompt(scope)
         current = {"role": "user", "content": self.context.user_content(message)}
         schemas = tools.schemas()
         system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD

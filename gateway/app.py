@@ -21,9 +21,11 @@ from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
-from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
+from gateway.state import check_apart, index_path, move_workspace_state
+from gateway.tools import Tool, ToolBox
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
+from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
 from memory.search import MemorySearch, search_tools
 from memory.sessions import SessionStore
@@ -129,8 +131,9 @@ def consolidation_settings(config: Config) -> ConsolidationSettings:
 
 def ensure_workspace(config: Config) -> MemoryFiles:
     workspace = config.workspace
-    for sub in ("memory", "sessions", "media"):
-        (workspace / sub).mkdir(parents=True, exist_ok=True)
+    for sub in ("memory", "sessions", "media", "groups"):
+        ensure_private_dir(workspace / sub)
+    ensure_private_dir(config.state_dir)
     memory = MemoryFiles(workspace, config.tz)
     memory.ensure()
     return memory
@@ -141,8 +144,9 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
     """Memory search on the workspace, semantic too when `memory.embeddings` is set."""
     async with AsyncExitStack() as stack:
         settings = config.memory.embeddings
+        index = index_path(config.state_dir)
         if settings is None:
-            search = MemorySearch(config.workspace, config.tz)
+            search = MemorySearch(config.workspace, config.tz, db_path=index)
         else:
             embedder = OpenAIEmbedder(
                 base_url=settings.base_url,
@@ -152,7 +156,9 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
             )
             stack.push_async_callback(embedder.close)
             weights = (settings.vector_weight, settings.keyword_weight)
-            search = MemorySearch(config.workspace, config.tz, embedder=embedder, weights=weights)
+            search = MemorySearch(
+                config.workspace, config.tz, db_path=index, embedder=embedder, weights=weights
+            )
         stack.push_async_callback(search.aclose)
         yield search
 
@@ -193,10 +199,12 @@ async def open_runtime(
 @asynccontextmanager
 async def _build_runtime(config: Config, provider: ChatProvider | None) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
+        check_apart(config.workspace, config.state_dir, config.source)
         memory = await asyncio.to_thread(ensure_workspace, config)
-        lock = WorkspaceLock(config.workspace)
+        lock = WorkspaceLock(config.workspace, config.state_dir)
         lock.acquire()
         stack.callback(lock.release)
+        await asyncio.to_thread(move_workspace_state, config.workspace, config.state_dir)
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
         summarizer: ChatProvider
         tool_support = ToolSupport(config.llm.tools)
@@ -212,15 +220,9 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         else:
             summarizer = provider
         sessions = SessionStore(config.workspace / "sessions", config.tz)
-        tools = ToolRegistry()
-        for tool in WorkspaceFiles(config.workspace).tools():
-            tools.add(tool)
-        group_tools = ToolRegistry()
-        for tool in WorkspaceFiles(config.workspace, hidden=("memory", "sessions")).tools():
-            group_tools.add(tool)
         search = await stack.enter_async_context(open_search(config))
-        for name, description, parameters, run in search_tools(search):
-            tools.add(Tool(name, description, parameters, run))
+        memory_tools = [Tool(*spec) for spec in search_tools(search)]
+        tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools)
         consolidator = Consolidator(
             sessions,
             memory,
@@ -242,7 +244,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             memory=memory,
             counter=counter,
             tools=tools,
-            group_tools=group_tools,
             context=ContextBuilder(config.workspace, memory, config.tz),
             keeper=consolidator,
             observer=metrics,

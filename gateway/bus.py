@@ -6,8 +6,11 @@ back the `OutboundMessage` it returns (if any). The handler is the agent; channe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+_UNSAFE_PART = re.compile(r"[^0-9A-Za-z_-]")
 
 
 def scrub(text: str) -> str:
@@ -23,6 +26,15 @@ def scrub(text: str) -> str:
     return text
 
 
+def media_folder(channel: str, chat_id: str) -> str:
+    """`media/<channel>/<chat>`: where one chat's attachments go, so no chat sees another's.
+
+    Chat ids are numbers on every platform; anything else is replaced so the name stays one
+    folder (never `..`, never a separator).
+    """
+    return f"media/{_UNSAFE_PART.sub('_', channel)}/{_UNSAFE_PART.sub('_', chat_id)}"
+
+
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message received from a platform, normalized."""
@@ -32,8 +44,11 @@ class InboundMessage:
     sender_id: str
     text: str
     sender_name: str = ""
-    media: tuple[str, ...] = ()  # paths relative to the workspace, e.g. "media/telegram/…"
+    media: tuple[str, ...] = ()  # paths relative to the workspace, e.g. "media/telegram/42/…"
     is_group: bool = False
+    # Listed by id or name in the channel's allow_from (not let in by "*"): the owner. A message
+    # from anyone else runs in the group scope, even in a DM; so the safe default is False.
+    sender_is_owner: bool = False
     mentioned: bool = False  # the bot was mentioned or replied to
     message_id: str | None = None
     # Session key override for sub-conversations (Telegram forum topics, Discord threads).

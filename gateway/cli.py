@@ -12,6 +12,7 @@ import asyncio
 import getpass
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from gateway.errors import ConfigError, MemgateError
 from gateway.logs import configure_logging
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
+from memory.fileio import FILE_MODE, create_exclusive, ensure_private_dir
 from memory.files import MEMORY_TEMPLATE, MemoryFiles
 from memory.search import format_hits, terminal_progress
 
@@ -202,11 +204,14 @@ def write_templates(workspace: Path) -> tuple[list[Path], list[Path]]:
         if target.exists():
             kept.append(target)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            create_exclusive(target, text)
+        except FileExistsError:  # created meanwhile: it is someone's, keep it
+            kept.append(target)
+            continue
         created.append(target)
-    for sub in ("sessions", "media"):
-        (workspace / sub).mkdir(parents=True, exist_ok=True)
+    for sub in ("sessions", "media", "groups"):
+        ensure_private_dir(workspace / sub)
     return created, kept
 
 
@@ -227,7 +232,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     async def talk(handler: Handler, where: str) -> int:
         terminal = TerminalChannel(
-            handler, session_key=args.session, history_path=memgate_home() / "chat_history"
+            handler, session_key=args.session, history_path=chat_history_path(config)
         )
         if args.message is not None:
             reply = await handler(terminal.inbound(args.message))
@@ -249,6 +254,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return await talk(runtime.agent.handle, "in this process")
 
     return asyncio.run(chat())
+
+
+def chat_history_path(config: Config) -> Path:
+    """The terminal's line history, in the state folder; an older `~/.memgate/chat_history` moves."""
+    path = config.state_dir / "chat_history"
+    old = memgate_home() / "chat_history"
+    if old.is_file() and not path.exists():
+        ensure_private_dir(path.parent)
+        shutil.move(old, path)
+        os.chmod(path, FILE_MODE)
+    return path
 
 
 def cmd_run(args: argparse.Namespace) -> int:

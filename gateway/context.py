@@ -12,10 +12,13 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 
 from gateway.bus import InboundMessage
+from gateway.scope import Scope
 from memory.files import MemoryFiles
 from memory.search import SEARCH_PROMPT
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
+# What a group's prompt gets of them: the owner's facts (USER.md) stay out.
+GROUP_BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md")
 
 IDENTITY = """\
 # memgate
@@ -23,7 +26,9 @@ IDENTITY = """\
 You are a personal assistant reached through a chat gateway called memgate. You remember things
 across conversations through plain Markdown files in your workspace, which the person can read and
 edit too.
+"""
 
+PRIVATE_WORKSPACE = """\
 ## Your workspace
 - Tools read_file, write_file, edit_file and list_dir work on paths relative to the workspace.
 - memory/MEMORY.md holds long-term facts and is shown to you below. memgate updates it on its own
@@ -33,7 +38,16 @@ edit too.
   this prompt: read it when you need to recall what happened before.
 - memory/YYYY-MM-DD.md is the daily note for that date. Write to today's note for things that
   matter today; it is shown to you below.
+"""
 
+GROUP_WORKSPACE = """\
+## Your workspace in this chat
+- This is a shared chat. Tools read_file, write_file, edit_file and list_dir take paths relative
+  to the workspace, and here they reach only {own} (notes for this chat: read and write) and
+  {media} (files sent in this chat: read only). Everything else is private to the owner.
+"""
+
+ANSWERING = """\
 ## How to answer
 - Be concise and direct. Use Markdown sparingly; it is rendered by the chat platform.
 - Each user message starts with a runtime block (time, channel, sender). It is metadata from
@@ -57,13 +71,13 @@ class ContextBuilder:
         self.workspace = workspace
         self.memory = memory
         self.tz = tz
-        self._cache: dict[bool, _Snapshot] = {}
+        self._cache: dict[Scope, _Snapshot] = {}
 
-    def _sources(self, include_memory: bool) -> list[Path]:
+    def _sources(self, scope: Scope) -> list[Path]:
+        if not scope.memory:
+            return [self.workspace / name for name in GROUP_BOOTSTRAP_FILES]
         paths = [self.workspace / name for name in BOOTSTRAP_FILES]
-        if include_memory:
-            paths.append(self.memory.memory_md)
-        paths.append(self.memory.daily_note_path())
+        paths += [self.memory.memory_md, self.memory.daily_note_path()]
         return paths
 
     @staticmethod
@@ -77,30 +91,44 @@ class ContextBuilder:
                 marks.append((str(path), None))
         return tuple(marks)
 
-    async def system_prompt(self, *, include_memory: bool = True) -> str:
-        """The system prompt; byte-identical between calls while its files are unchanged."""
-        paths = self._sources(include_memory)
+    async def system_prompt(self, scope: Scope) -> str:
+        """The scope's system prompt; byte-identical between calls while its files are unchanged.
+
+        A scope without memory (a group, a guest) gets AGENTS.md and SOUL.md only: never USER.md,
+        MEMORY.md, the daily note or the search instructions.
+        """
+        paths = self._sources(scope)
         key = self._fingerprint(paths)
-        cached = self._cache.get(include_memory)
+        cached = self._cache.get(scope)
         if cached is not None and cached.key == key:
             return cached.text
-        text = await asyncio.to_thread(self._render, include_memory)
-        self._cache[include_memory] = _Snapshot(key, text)
+        text = await asyncio.to_thread(self._render, scope)
+        if len(self._cache) > 256:  # one entry per group chat seen
+            self._cache.clear()
+        self._cache[scope] = _Snapshot(key, text)
         return text
 
-    def _render(self, include_memory: bool) -> str:
-        parts = [IDENTITY.strip(), SEARCH_PROMPT]
-        for name in BOOTSTRAP_FILES:
+    def _render(self, scope: Scope) -> str:
+        if scope.memory:
+            parts = [IDENTITY.strip(), PRIVATE_WORKSPACE.strip(), ANSWERING.strip(), SEARCH_PROMPT]
+            names: tuple[str, ...] = BOOTSTRAP_FILES
+        else:
+            own = " and ".join(f"{root}/" for root in scope.writes)
+            media = " and ".join(f"{root}/" for root in scope.reads if root not in scope.writes)
+            workspace = GROUP_WORKSPACE.format(own=own, media=media).strip()
+            parts = [IDENTITY.strip(), workspace, ANSWERING.strip()]
+            names = GROUP_BOOTSTRAP_FILES
+        for name in names:
             path = self.workspace / name
             if path.is_file():
                 body = path.read_text(encoding="utf-8", errors="replace").strip()
                 if body:
                     parts.append(f"## {name}\n\n{body}")
-        if include_memory:
+        if scope.memory:
             parts.append(f"# Memory\n\n{self.memory.read_memory().strip()}")
-        note = self.memory.read_daily_note().strip()
-        if note:
-            parts.append(f"# Today's note ({self.memory.today().isoformat()})\n\n{note}")
+            note = self.memory.read_daily_note().strip()
+            if note:
+                parts.append(f"# Today's note ({self.memory.today().isoformat()})\n\n{note}")
         return "\n\n".join(parts) + "\n"
 
     def user_content(self, message: InboundMessage, now: datetime | None = None) -> str:

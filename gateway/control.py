@@ -96,6 +96,8 @@ async def _answer(
             chat_id="local",
             sender_id=sender,
             sender_name=sender,
+            # Only the owner can open the socket (0600 in a 0700 folder): the private scope.
+            sender_is_owner=True,
             text=request["text"],
             session_key=request.get("session") or None,
         )

@@ -89,7 +89,7 @@ def check_folder(name: str, folder: Path) -> Check:
 
 
 async def check_lock(config: Config) -> Check:
-    lock = WorkspaceLock(config.workspace)
+    lock = WorkspaceLock(config.workspace, config.state_dir)
     if not config.workspace.exists():
         return Check("lock", True, "free")
     try:

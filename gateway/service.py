@@ -49,8 +49,7 @@ def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
     channels: list[Channel] = []
     if telegram.enabled:
         settings = telegram.model_dump(exclude={"enabled"})
-        state_dir = config.workspace / ".state"
-        channels.append(TelegramChannel(handler, **settings, **shared, state_dir=state_dir))
+        channels.append(TelegramChannel(handler, **settings, **shared, state_dir=config.state_dir))
     if discord.enabled:
         settings = discord.model_dump(exclude={"enabled"})
         channels.append(DiscordChannel(handler, **settings, **shared))

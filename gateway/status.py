@@ -59,6 +59,7 @@ def describe(config: Config) -> str:
         [
             f"config:     {config.source}{'' if config.source and config.source.exists() else ' (not found; defaults)'}",
             f"workspace:  {config.workspace}",
+            f"state:      {config.state_dir} (inbox journals, search index, lock; out of the model's reach)",
             f"model:      {config.llm.model} at {config.llm.base_url} (key {mask(config.llm.api_key)})",
             f"budget:     {config.llm.budget} prompt tokens",
             "channels:",

@@ -1,7 +1,8 @@
-"""The agent's tools: file access confined to the workspace, and the registry that runs them.
+"""The agent's tools: file access confined to one scope, and the registry that runs them.
 
-Paths are resolved with symlinks followed and must land inside the workspace; `..`, absolute paths
-and links pointing outside are refused. A tool's failure is returned to the model as text.
+Paths are resolved with symlinks followed and checked against the turn's scope (gateway/scope.py);
+`..`, absolute paths and links that land outside it are refused. A tool's failure is returned to the
+model as text.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.scope import PathRefusedError, Scope, ScopeGuard
 from memory.fileio import atomic_write
+from memory.files import MemoryFiles
 
 log = logging.getLogger(__name__)
 
 MAX_READ_CHARS = 50_000
 MAX_LIST_ENTRIES = 500
-# Files memgate appends to itself; the model may read them but not overwrite them.
-_READ_ONLY_DIRS = ("sessions", ".index", ".state")
 
 
 class ToolError(Exception):
@@ -95,34 +96,23 @@ class ToolRegistry:
 
 
 class WorkspaceFiles:
-    """read_file, write_file, edit_file and list_dir, confined to one directory."""
+    """read_file, write_file, edit_file and list_dir, confined to what one scope may reach.
 
-    def __init__(self, workspace: Path, hidden: tuple[str, ...] = ()) -> None:
-        self.root = workspace.resolve()
-        # Top-level directories this instance can neither read nor write (for group chats:
-        # the owner's memory and other conversations).
-        self.hidden = hidden
+    MEMORY.md and HISTORY.md go through the memory writer: a rewrite of MEMORY.md keeps the previous
+    text under memory/versions/, and HISTORY.md only grows (a write that keeps its text and adds
+    to the end is an append; anything else is refused).
+    """
+
+    def __init__(self, guard: ScopeGuard, memory: MemoryFiles) -> None:
+        self.guard = guard
+        self.root = guard.root
+        self.memory = memory
 
     def resolve(self, raw: Any, *, writing: bool = False) -> Path:
-        if not isinstance(raw, str) or not raw.strip():
-            raise ToolError("path must be a non-empty string")
-        if "\x00" in raw:
-            raise ToolError("path contains a NUL character")
-        candidate = Path(raw.strip()).expanduser()
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
         try:
-            resolved = candidate.resolve()
-        except (RuntimeError, OSError):  # a symlink loop, or a path too long
-            raise ToolError(f"{raw!r} cannot be opened: a symlink loop or a broken path") from None
-        if resolved != self.root and not resolved.is_relative_to(self.root):
-            raise ToolError(f"{raw!r} is outside the workspace; only files under it are reachable")
-        relative = resolved.relative_to(self.root)
-        if relative.parts and relative.parts[0] in self.hidden:
-            raise ToolError(f"{relative.parts[0]}/ is private and not available in this chat")
-        if writing and relative.parts and relative.parts[0] in _READ_ONLY_DIRS:
-            raise ToolError(f"{relative} is managed by memgate and cannot be written")
-        return resolved
+            return self.guard.resolve(raw, writing=writing)
+        except PathRefusedError as exc:
+            raise ToolError(str(exc)) from None
 
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root)) or "."
@@ -144,8 +134,33 @@ class WorkspaceFiles:
             raise ToolError("content must be a string")
         if path.is_dir():
             raise ToolError(f"{self.relative(path)} is a directory")
+        if self.guard.same_file(path, self.memory.history_md):
+            return self._append_history(content)
+        if self.guard.same_file(path, self.memory.memory_md):
+            return self._write_memory(content)
         atomic_write(path, content)
         return f"Wrote {len(content)} characters to {self.relative(path)}"
+
+    def _write_memory(self, text: str) -> str:
+        kept = self.memory.write_memory(text)
+        if kept is None:
+            return "memory/MEMORY.md already had this text; nothing changed"
+        return (
+            f"Wrote {len(text)} characters to memory/MEMORY.md (previous text kept as {kept.name})"
+        )
+
+    def _append_history(self, content: str) -> str:
+        current = self.memory.read_history()
+        if not content.startswith(current):
+            raise ToolError(
+                "memory/HISTORY.md is append-only: write its current text followed by the new "
+                "entry, or leave it to memgate"
+            )
+        entry = content[len(current) :].strip()
+        if not entry:
+            return "memory/HISTORY.md already had this text; nothing changed"
+        self.memory.append_history(entry)
+        return f"Appended {len(entry)} characters to memory/HISTORY.md"
 
     def _edit(self, arguments: dict[str, Any]) -> str:
         path = self.resolve(arguments.get("path"), writing=True)
@@ -154,11 +169,16 @@ class WorkspaceFiles:
             raise ToolError("old_text (non-empty) and new_text must be strings")
         if not path.is_file():
             raise ToolError(f"no such file: {self.relative(path)}")
+        if self.guard.same_file(path, self.memory.history_md):
+            raise ToolError("memory/HISTORY.md is append-only: its entries cannot be edited")
         text = path.read_text(encoding="utf-8")
         count = text.count(old)
         if count != 1:
             where = "not found" if count == 0 else f"found {count} times; give more context"
             raise ToolError(f"old_text {where} in {self.relative(path)}")
+        if self.guard.same_file(path, self.memory.memory_md):
+            self.memory.write_memory(text.replace(old, new, 1))
+            return "Edited memory/MEMORY.md (previous text kept in memory/versions/)"
         atomic_write(path, text.replace(old, new, 1))
         return f"Edited {self.relative(path)}"
 
@@ -167,8 +187,6 @@ class WorkspaceFiles:
         if not path.is_dir():
             raise ToolError(f"not a directory: {self.relative(path)}")
         entries = sorted(path.iterdir(), key=lambda p: p.name)
-        if path == self.root:
-            entries = [e for e in entries if e.name not in self.hidden]
         lines = [f"{e.name}/" if e.is_dir() else e.name for e in entries[:MAX_LIST_ENTRIES]]
         if len(entries) > MAX_LIST_ENTRIES:
             lines.append(f"[... {len(entries) - MAX_LIST_ENTRIES} more]")
@@ -220,3 +238,32 @@ class WorkspaceFiles:
                 threaded(self._list),
             ),
         ]
+
+
+class ToolBox:
+    """Each scope's tools: file tools confined to its roots, plus the extras (search) of scopes
+    that include memory. Groups never get those extras."""
+
+    def __init__(
+        self, workspace: Path, state_dir: Path, memory: MemoryFiles, memory_tools: list[Tool]
+    ) -> None:
+        self.workspace = workspace
+        self.state_dir = state_dir
+        self.memory = memory
+        self.memory_tools = memory_tools
+        self._built: dict[Scope, ToolRegistry] = {}
+
+    def for_scope(self, scope: Scope) -> ToolRegistry:
+        registry = self._built.get(scope)
+        if registry is None:
+            registry = ToolRegistry()
+            guard = ScopeGuard(scope, self.workspace, self.state_dir)
+            for tool in WorkspaceFiles(guard, self.memory).tools():
+                registry.add(tool)
+            if scope.memory:
+                for tool in self.memory_tools:
+                    registry.add(tool)
+            if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
+                self._built.clear()
+            self._built[scope] = registry
+        return registry

@@ -12,7 +12,7 @@ from datetime import date, datetime, tzinfo
 from pathlib import Path
 
 from memory.errors import VersionNotFoundError
-from memory.fileio import atomic_write
+from memory.fileio import FILE_MODE, atomic_write, ensure_private_dir
 
 MEMORY_TEMPLATE = """\
 # Long-term Memory
@@ -39,8 +39,10 @@ Facts worth keeping across conversations. memgate updates this file as it consol
 
 def append_text(path: Path, text: str) -> None:
     """Append `text` with a single write and flush it to disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", newline="") as handle:
+    ensure_private_dir(path.parent)
+    # Created owner-only: the umask can only take bits away from 0600.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    with open(fd, "a", encoding="utf-8", newline="") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
@@ -62,12 +64,13 @@ class MemoryFiles:
         """Create MEMORY.md from the template if it is missing."""
         if self.memory_md.exists() and self.memory_md.stat().st_size > 0:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.dir)
         # Written whole to a temp file, then linked into place: never an empty MEMORY.md, and
         # never over a file someone created meanwhile (an empty one is replaced).
         tmp = self.dir / f".MEMORY.md.{os.getpid()}.new"
         try:
-            with open(tmp, "w", encoding="utf-8") as handle:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+            with open(fd, "w", encoding="utf-8") as handle:
                 handle.write(MEMORY_TEMPLATE)
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -1,4 +1,4 @@
-"""The file `WORKSPACE/.index/memory.db`: one usable SQLite connection to it, or a fresh start.
+"""The search index's database file (`STATE/index/memory.db`): one usable SQLite connection to it, or a fresh start.
 
 The database only caches what the files say. Missing, corrupt (SQLITE_CORRUPT, SQLITE_NOTADB), or
 made by another schema version, tokenizer or timezone, it is deleted and created empty, and the next
@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from memory.fileio import FILE_MODE, ensure_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class IndexDatabase:
         if self._conn is not None and self._identity == self._file_identity():
             return self._conn
         self._close()  # closed, or the file was deleted or replaced under us
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.path.parent)
         try:
             conn = self._open()
         except sqlite3.DatabaseError as exc:
@@ -146,6 +148,9 @@ class IndexDatabase:
 
 
 def _connect_file(path: Path) -> sqlite3.Connection:
+    # SQLite creates the file honouring the umask (0644), and its -wal and -shm files copy the
+    # database's mode: create it owner-only first.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE))
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA busy_timeout = 5000")

@@ -21,6 +21,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
+from memory.fileio import ensure_private_dir
+
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
@@ -115,7 +117,7 @@ def _read(path: Path) -> Loaded:
 
 def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         if cut_at is not None:
@@ -280,7 +282,7 @@ class SessionStore:
                 return None
             stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
             stem = file_name(key)[: -len(SUFFIX)]
-            self.archive.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(self.archive)
             target = self.archive / f"{stem}.{stamp}{SUFFIX}"
             serial = 1
             while target.exists():

@@ -115,11 +115,12 @@ async def runtime(make_runtime: RuntimeFactory) -> AsyncIterator[Runtime]:
 
 
 def inbound(text: str, chat_id: str = "42", channel: str = "test", **fields: Any) -> InboundMessage:
-    """A message as a channel would hand it to the agent."""
+    """A message as a channel would hand it to the agent; from the owner unless told otherwise."""
     return InboundMessage(
         channel=channel,
         chat_id=chat_id,
         sender_id=fields.pop("sender_id", "7"),
+        sender_is_owner=fields.pop("sender_is_owner", True),
         text=text,
         **fields,
     )

@@ -129,7 +129,7 @@ async def test_archival_interrupted_by_sigkill_completes_on_next_start(
 async def test_private_group_tools_cannot_reach_memory_or_other_chats(
     runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
-    """In a group with private memory, file tools refuse memory/ and sessions/; search is absent."""
+    """In a private-memory group, file tools refuse memory/, sessions/ and the root; no search."""
     runtime.memory.memory_md.write_text("# Long-term Memory\n\nPRIVATE OWNER FACT\n")
     await runtime.agent.handle(inbound("my private chat", chat_id="1"))
     for index, path in enumerate(["memory/MEMORY.md", "sessions/test:1.jsonl", "./memory/x"]):
@@ -144,6 +144,4 @@ async def test_private_group_tools_cannot_reach_memory_or_other_chats(
         assert "PRIVATE OWNER FACT" not in json.dumps(request)
         assert "my private chat" not in json.dumps(request)
     results = [m["content"] for m in group_requests[-1]["messages"] if m["role"] == "tool"]
-    assert all(r.startswith("Error:") and "private" in r for r in results[:3])
-    listing = results[3].splitlines()
-    assert "memory/" not in listing and "sessions/" not in listing and "media/" in listing
+    assert all(r.startswith("Error:") and "not available in this chat" in r for r in results)

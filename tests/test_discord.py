@@ -244,7 +244,7 @@ async def test_long_reply_is_split_with_balanced_fences(fake: FakeDiscord, tmp_p
 
 
 async def test_attachment_is_saved_and_mentioned(fake: FakeDiscord, tmp_path: Path) -> None:
-    """An allowed user's attachments land under media/discord/ and are named in the text."""
+    """An allowed user's attachments land under media/discord/<chat>/ and are named in the text."""
     photo = fake.add_file("cat.png", b"\x89PNG fake")
     notes = fake.add_file("notes.txt", b"remember the milk")
     handler = Recorder()
@@ -261,7 +261,8 @@ async def test_attachment_is_saved_and_mentioned(fake: FakeDiscord, tmp_path: Pa
         await fake.wait_for(lambda: fake.sent(DM))
     [inbound] = handler.inbound
     image, document = inbound.media
-    assert image.startswith("media/discord/") and image.endswith("cat.png") and ".." not in image
+    assert image.startswith(f"media/discord/{DM}/") and image.endswith("cat.png")
+    assert ".." not in image and document.startswith(f"media/discord/{DM}/")
     assert (tmp_path / image).read_bytes() == b"\x89PNG fake"
     assert (tmp_path / document).read_text() == "remember the milk"
     assert inbound.text == f"look\n[image: {image}]\n[file: {document}]"

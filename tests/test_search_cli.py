@@ -13,7 +13,7 @@ from tests.test_search_vectors import CAR
 
 
 async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) -> None:
-    """The first search builds .index/memory.db; hits print one per line; no match is not an error."""
+    """The first search builds the index in the state folder; one hit per line; no match is fine."""
     home = tmp_path / "home"
     await memgate("init", home=home)
     workspace = home / "workspace"
@@ -25,7 +25,8 @@ async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) ->
     first = out.splitlines()[0]
     assert first.startswith(f"memory/HISTORY.md:{line}  2026-01-06 08:00  history  ")
     assert "喝«咖啡»" in first and "\x1b[" not in out
-    assert (workspace / ".index" / "memory.db").is_file()
+    assert (home / "state" / "index" / "memory.db").is_file()
+    assert not (workspace / ".index").exists()
     code, out, _ = await memgate(
         "memory", "search", "wifi", "password", "--limit", "1", home=home, env=env
     )

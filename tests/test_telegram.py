@@ -316,7 +316,7 @@ async def test_restart_handles_queued_updates_and_skips_handled_ones(
 async def test_photo_is_saved_under_media_and_referenced(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:
-    """The largest photo size is downloaded to media/telegram/ and named in the text."""
+    """The largest photo size is downloaded to media/telegram/<chat>/ and named in the text."""
     thumb = {"file_id": "small", "file_unique_id": "s1", "width": 90, "height": 90}
     big = fake.add_file(b"\xff\xd8big-jpeg", file_id="big", unique_id="AQADbig", path="p/f.jpg")
     handler = Recorder()
@@ -327,9 +327,9 @@ async def test_photo_is_saved_under_media_and_referenced(
         )
         await fake.wait_sent(1)
     [message] = handler.seen
-    assert message.media == ("media/telegram/AQADbig.jpg",)
-    assert message.text == "[image: media/telegram/AQADbig.jpg]\nwhat is this?"
-    assert (workspace / "media" / "telegram" / "AQADbig.jpg").read_bytes() == b"\xff\xd8big-jpeg"
+    assert message.media == ("media/telegram/42/AQADbig.jpg",)
+    assert message.text == "[image: media/telegram/42/AQADbig.jpg]\nwhat is this?"
+    assert (workspace / "media/telegram/42/AQADbig.jpg").read_bytes() == b"\xff\xd8big-jpeg"
     assert [c.params["file_id"] for c in fake.calls_to("getFile")] == ["big"]
 
 
@@ -345,11 +345,11 @@ async def test_voice_document_and_oversized_files(fake: FakeTelegram, tmp_path: 
         fake.message(None, document={**huge, "file_name": "movie.mkv"}, caption="too big?")
         await fake.wait_sent(3)
     texts = [m.text for m in handler.seen]
-    assert texts[0] == "[voice: media/telegram/V1.oga]"
-    assert texts[1] == "[file: media/telegram/D1-etc_pass_wd.pdf]"
+    assert texts[0] == "[voice: media/telegram/42/V1.oga]"
+    assert texts[1] == "[file: media/telegram/42/D1-etc_pass_wd.pdf]"
     assert texts[2] == "[file: movie.mkv, 25.0 MB, too large to download]\ntoo big?"
     assert handler.seen[2].media == ()
-    assert (tmp_path / "workspace/media/telegram/D1-etc_pass_wd.pdf").read_bytes() == b"%PDF"
+    assert (tmp_path / "workspace/media/telegram/42/D1-etc_pass_wd.pdf").read_bytes() == b"%PDF"
     assert "h" not in [c.params["file_id"] for c in fake.calls_to("getFile")]
 
 
@@ -799,9 +799,9 @@ async def test_a_photo_reaches_the_llm_as_a_media_path(
     async with running(channel):
         fake.message(None, caption="what is it?", photo=[{**photo, "width": 8, "height": 8}])
         await fake.wait_sent(1)
-    assert (workspace / "media/telegram/AQADph.jpg").read_bytes() == b"\xff\xd8jpeg"
+    assert (workspace / "media/telegram/42/AQADph.jpg").read_bytes() == b"\xff\xd8jpeg"
     asked = last_user_text(fake_llm.chat_requests()[0])
-    assert "media/telegram/AQADph.jpg" in asked and "what is it?" in asked
+    assert "media/telegram/42/AQADph.jpg" in asked and "what is it?" in asked
 
 
 # -- webhook mode ---------------------------------------------------------------------------------

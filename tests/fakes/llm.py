@@ -38,6 +38,11 @@ def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = 
     return {"tool_calls": [{"id": call_id, "name": name, "arguments": args}]}
 
 
+def parallel(*calls: Reply) -> Reply:
+    """An assistant turn that calls several tools at once (OpenAI's parallel tool calls)."""
+    return {"tool_calls": [call for reply in calls for call in reply["tool_calls"]]}
+
+
 def error(status: int, message: str = "boom", **extra: Any) -> Reply:
     """An HTTP error in OpenAI's error shape."""
     return {"error": {"status": status, "message": message, **extra}}

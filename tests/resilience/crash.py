@@ -122,7 +122,8 @@ async def crash_run(
         telegram,
         {
             "memory": {"window": 6, "workers": 2},
-            "channels": {"telegram": {"allow_from": ["*"]}},
+            # Owners, listed by id: their DMs consolidate into MEMORY.md ("*" would make guests).
+            "channels": {"telegram": {"allow_from": [str(FIRST_CHAT + n) for n in range(chats)]}},
             "shutdown_grace": 1,
         },
         env or {},

@@ -69,9 +69,14 @@ class Gateway:
     def workspace(self) -> Path:
         return Path(self.config()["workspace"])
 
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.config()["state_dir"])
+
     def config(self) -> dict[str, Any]:
         base = {
             "workspace": str(self.root / "workspace"),
+            "state_dir": str(self.root / "state"),
             "llm": {
                 "base_url": self.llm.url,
                 "api_key": "${OPENAI_API_KEY}",

@@ -63,8 +63,8 @@ def test_no_message_is_lost_across_kills(crash_report: CrashReport) -> None:
     assert crash_report.lost == [], f"seed {crash_report.seed}: {crash_report.summary()}"
 
 
-def handled_id(workspace: Path) -> int:
-    path = workspace / ".state" / f"telegram-{BOT['id']}.json"
+def handled_id(state_dir: Path) -> int:
+    path = state_dir / f"telegram-{BOT['id']}.json"
     return int(json.loads(path.read_text())["last_update_id"]) if path.exists() else 0
 
 
@@ -81,9 +81,8 @@ async def test_a_message_queued_behind_a_running_turn_survives_a_kill(
     await fake_llm.wait_for_requests(1, kind="chat", within=20)
     second = fake_telegram.message("second question, waiting its turn")
     await until(lambda: fake_telegram.confirmed > second, 20, "Telegram hearing the offset")
-    workspace = gateway.workspace
     # memgate has marked it handled, so it will not take it again if Telegram redelivers it.
-    await until(lambda: handled_id(workspace) == second, 20, "memgate recording the update")
+    await until(lambda: handled_id(gateway.state_dir) == second, 20, "memgate recording the update")
     await gateway.kill()
     release.set()
     await gateway.start()
@@ -94,7 +93,7 @@ async def test_a_message_queued_behind_a_running_turn_survives_a_kill(
         "the answer to the third question",
     )
     await gateway.stop()
-    users = [t for s in read_sessions(workspace) for t in s.texts("user")]
+    users = [t for s in read_sessions(gateway.workspace) for t in s.texts("user")]
     assert "second question, waiting its turn" in users
 
 

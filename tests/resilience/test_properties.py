@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from channels.base import split_message, text_length, utf16_length
 from channels.telegram_html import render_html, render_pieces
+from gateway.scope import ScopeGuard, private_scope
 from gateway.tools import ToolError, ToolRegistry, WorkspaceFiles
+from memory.files import MemoryFiles
 from memory.sessions import SessionStore, file_name, key_from_file_name, parse_session_bytes
 from tests.fakes.telegram_api import parse_html
 
@@ -138,28 +140,30 @@ def test_a_corrupt_line_anywhere_costs_only_itself(
 SECRET = "OUTSIDE-SECRET-7c1e"
 ATOMS = [
     "..", ".", "", "~", "~root", "in_link", "out_link", "out_file_link", "loop", "dangling_out",
-    "etc_link", "notes", "up", "upup", "sessions", ".state", "memory", "MEMORY.md", "sub",
+    "etc_link", "notes", "up", "upup", "sessions", "state_link", "memory", "MEMORY.md", "sub",
     "new.md", "%2e%2e", "...", "..\\..", " .. ", "passwd", "t:1.jsonl",
 ]  # fmt: skip
 
 
 def _jail(root: Path) -> tuple[Path, Path]:
-    """A workspace full of symlinks, in and out, next to a directory it must never reach."""
+    """A workspace full of symlinks, in and out, next to folders it must never reach."""
     outside, workspace = root / "outside", root / "workspace"
     (outside / "sub").mkdir(parents=True)
     (outside / "outside-only.txt").write_text(SECRET)
-    for folder in ("notes", "memory", "sessions", ".state"):
+    (root / "state").mkdir()
+    (root / "state" / "telegram-1.json").write_text(SECRET)
+    for folder in ("notes", "memory", "sessions"):
         (workspace / folder).mkdir(parents=True)
     (workspace / "notes" / "a.md").write_text("inside")
     (workspace / "memory" / "MEMORY.md").write_text("# Long-term Memory\n")
     (workspace / "sessions" / "t:1.jsonl").write_text('{"_type":"metadata"}\n')
-    (workspace / ".state" / "telegram-1.json").write_text("{}")
     links = {
         "in_link": workspace / "notes",
         "out_link": outside,
         "out_file_link": outside / "outside-only.txt",
         "dangling_out": outside / "missing.txt",
         "etc_link": Path("/etc"),
+        "state_link": root / "state",
         "notes/up": Path(".."),
         "notes/upup": Path("../.."),
     }
@@ -181,9 +185,15 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def jail(tmp_path: Path) -> tuple[Path, Path, ToolRegistry]:
     outside, workspace = _jail(tmp_path)
     registry = ToolRegistry()
-    for tool in WorkspaceFiles(workspace).tools():
+    for tool in _files(workspace).tools():
         registry.add(tool)
     return outside, workspace, registry
+
+
+def _files(workspace: Path) -> WorkspaceFiles:
+    """The owner's file tools: the widest scope, so the jail holds for every narrower one."""
+    guard = ScopeGuard(private_scope(), workspace, workspace.parent / "state")
+    return WorkspaceFiles(guard, MemoryFiles(workspace, UTC))
 
 
 @settings(
@@ -200,7 +210,7 @@ def test_no_generated_path_leaves_the_workspace(
     outside, workspace, registry = jail
     raw = start.replace("OUTSIDE/", f"{outside}/").replace("WORKSPACE/", f"{workspace}/")
     raw += "/".join(parts)
-    files = WorkspaceFiles(workspace)
+    files = _files(workspace)
     try:
         resolved = files.resolve(raw)
     except ToolError:
@@ -210,7 +220,8 @@ def test_no_generated_path_leaves_the_workspace(
     else:
         assert resolved == files.root or resolved.is_relative_to(files.root)
     before_outside = _snapshot(outside)
-    before_managed = _snapshot(workspace / "sessions") | _snapshot(workspace / ".state")
+    state = workspace.parent / "state"
+    before_managed = _snapshot(workspace / "sessions") | _snapshot(state)
     calls = [
         ("read_file", {"path": raw}),
         ("list_dir", {"path": raw}),
@@ -222,7 +233,7 @@ def test_no_generated_path_leaves_the_workspace(
         assert SECRET not in output and "outside-only" not in output, (name, raw, output)
         assert "root:x:0:0" not in output
     assert _snapshot(outside) == before_outside
-    assert _snapshot(workspace / "sessions") | _snapshot(workspace / ".state") == before_managed
+    assert _snapshot(workspace / "sessions") | _snapshot(state) == before_managed
 
 
 # -- splitting ------------------------------------------------------------------------------------
