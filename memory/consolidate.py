@@ -9,17 +9,19 @@ imports the gateway.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.errors import ModelCallError
+from memory.errors import MemoryChangedError, ModelCallError
 from memory.files import MemoryFiles
 from memory.sessions import Message, Session, SessionStore
 from memory.tokens import TokenCounter
@@ -32,6 +34,7 @@ SYSTEM_PROMPT = (
 )
 MAX_CHUNKS_PER_RUN = 5
 MAX_FAILURES = 3
+MERGE_ATTEMPTS = 5  # merges asked again in a row when MEMORY.md keeps changing under a call
 RAW_CAP = 8_000  # characters of a [RAW] entry's lines
 TOOL_RESULT_CHARS = 300
 _LINE_OVERHEAD = 8  # tokens a "[YYYY-MM-DD HH:MM] ROLE: " prefix adds to a message
@@ -92,6 +95,7 @@ class ConsolidationSettings:
     shared_groups: bool = False
     timeout: float = 120.0
     retry_delay: float = 2.0
+    max_retry_delay: float = 600.0  # the backoff after repeated failures stops growing here
     archive_on_new: bool = True
 
 
@@ -134,6 +138,9 @@ class Consolidator:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._pending: set[str] = set()
         self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}  # sessions backing off after a failure
+        self._clock: Callable[[], float] = time.monotonic
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._running = False
         self._active = 0
         self._idle = asyncio.Event()
@@ -146,7 +153,22 @@ class Consolidator:
 
     # -- what the reply path calls: enqueue only -----------------------------------------------------
     def after_turn(self, session: Session, system_tokens: int) -> None:
+        if self.backing_off(session.key):
+            return  # a failing write path is not paid for on every turn
         self.enqueue(Job(session.key, session.key, system_tokens=system_tokens))
+
+    def backing_off(self, key: str) -> bool:
+        """True while `key` waits out the backoff after a failed consolidation."""
+        return self._clock() < self._retry_at.get(key, 0.0)
+
+    @property
+    def sessions_backing_off(self) -> int:
+        now = self._clock()
+        return sum(1 for until in self._retry_at.values() if now < until)
+
+    def failures_of(self, key: str) -> int:
+        """Consolidation failures of `key` since its last success."""
+        return self._failures.get(key, 0)
 
     def after_rotate(self, key: str, archived: Path) -> None:
         if self.settings.archive_on_new:
@@ -322,57 +344,73 @@ class Consolidator:
         return chunks
 
     async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:
+        """Consolidate one chunk, retrying with backoff; False if it must wait for a later job.
+
+        Any failure on the way (the model call, HISTORY.md, MEMORY.md, the session marker) counts
+        against this session. After MAX_FAILURES the chunk goes to HISTORY.md raw; if even that
+        fails, the session backs off and the next job starts over from the same pointer.
+        """
         chunk = session.messages[start:stop]
-        with_memory = not session.group or self.settings.shared_groups
+        entry_id = _entry_id(session, start, stop)
         while True:
-            failures = self._failures.get(session.key, 0)
+            raw = self._failures.get(session.key, 0) >= MAX_FAILURES
             try:
-                saved = await self._save(chunk, with_memory)
-            except ModelCallError as exc:
-                failures += 1
-                self._failures[session.key] = failures
-                self.failures_total += 1
-                log.warning(
-                    "consolidation call failed session=%s attempt=%d error=%s",
-                    session.key,
-                    failures,
-                    exc,
-                )
-                if failures >= MAX_FAILURES:
-                    await self._write_raw(session, chunk, stop)
-                    self._failures.pop(session.key, None)
-                    return True
-                await asyncio.sleep(
-                    self.settings.retry_delay * 2 ** (failures - 1) * random.uniform(0.8, 1.2)
-                )
+                if raw:
+                    await self._write_raw(session, chunk, stop, entry_id)
+                else:
+                    await self._commit(session, chunk, stop, entry_id)
+            except (ModelCallError, MemoryChangedError, OSError) as exc:
+                delay = self._failed(session.key, exc)
+                if raw:
+                    return False  # even the raw copy failed: back off until a later job
+                await self._sleep(delay)
                 continue
             self._failures.pop(session.key, None)
-            history_entry, memory_update = saved
-            history_entry = self._stamped(history_entry, chunk)
-            await self.files.aappend_history(history_entry)
-            if memory_update is not None:
-                await asyncio.to_thread(self._write_memory, memory_update)
-            await self.sessions.mark_consolidated(session, stop)
+            self._retry_at.pop(session.key, None)
             return True
 
-    async def _save(self, chunk: list[Message], with_memory: bool) -> tuple[str, str | None]:
-        """One consolidation: ask, validate, and redo it if MEMORY.md changed meanwhile.
+    def _failed(self, key: str, exc: BaseException) -> float:
+        """Count a failure against `key`; return the backoff before its next attempt."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        self.failures_total += 1
+        base = self.settings.retry_delay * 2 ** (failures - 1)
+        delay = min(self.settings.max_retry_delay, base) * random.uniform(0.8, 1.2)
+        self._retry_at[key] = self._clock() + delay
+        log.warning(
+            "consolidation failed session=%s attempt=%d retry_in=%.1fs error=%s",
+            key,
+            failures,
+            delay,
+            f"{type(exc).__name__}: {exc}",
+        )
+        return delay
 
-        An edit to MEMORY.md during the call (by the agent's tools or a person) would be lost if
-        we wrote the model's text over it, so the merge is redone against the new text; after
-        two such redos the model's memory_update is dropped (the chunk still reaches HISTORY.md)
-        rather than overwrite the edit.
+    async def _commit(
+        self, session: Session, chunk: list[Message], stop: int, entry_id: str
+    ) -> None:
+        """Ask the model, then write HISTORY.md, MEMORY.md and the marker, in that order.
+
+        HISTORY.md is tagged with `entry_id`, so a retry after a failure further on does not
+        append the entry twice. MEMORY.md is written only if it still holds the text the model
+        merged into; if it changed meanwhile, the merge is asked again against the new text.
         """
-        for _ in range(3):
+        with_memory = not session.group or self.settings.shared_groups
+        for _ in range(MERGE_ATTEMPTS):
             before = await self.files.aread_memory() if with_memory else ""
             history_entry, memory_update = await self._ask(chunk, before, with_memory)
+            await self.files.aappend_history(self._stamped(history_entry, chunk), entry_id=entry_id)
             if not with_memory:
-                return history_entry, None
-            if await self.files.aread_memory() == before:
-                return history_entry, memory_update
-            log.info("MEMORY.md changed during consolidation; merging again")
-        log.warning("MEMORY.md kept changing; keeping its text and writing only HISTORY.md")
-        return history_entry, None
+                break
+            try:
+                await asyncio.to_thread(self._write_memory, memory_update, before)
+            except MemoryChangedError:
+                log.info("MEMORY.md changed during consolidation; merging again")
+                continue
+            break
+        else:
+            raise MemoryChangedError(f"MEMORY.md changed during {MERGE_ATTEMPTS} merges in a row")
+        await self.sessions.mark_consolidated(session, stop)
 
     async def _ask(
         self, chunk: list[Message], memory_text: str, with_memory: bool
@@ -400,8 +438,7 @@ class Consolidator:
             raise ModelCallError(f"no answer within {self.settings.timeout:.0f}s") from exc
         return _validate(arguments, with_memory)
 
-    def _write_memory(self, text: str) -> None:
-        previous = self.files.read_memory()
+    def _write_memory(self, text: str, previous: str) -> None:
         if len(previous) > 1000 and len(text) < len(previous) / 2:
             log.warning(
                 "memory_update drops more than half of MEMORY.md (%d -> %d chars); "
@@ -409,19 +446,23 @@ class Consolidator:
                 len(previous),
                 len(text),
             )
-        self.files.write_memory(text if text.endswith("\n") else text + "\n")
+        self.files.write_memory(text if text.endswith("\n") else text + "\n", expected=previous)
 
-    async def _write_raw(self, session: Session, chunk: list[Message], stop: int) -> None:
+    async def _write_raw(
+        self, session: Session, chunk: list[Message], stop: int, entry_id: str
+    ) -> None:
         """After repeated failures, keep the chunk verbatim so nothing is lost, and move on."""
         body = "\n".join(self._format(m, shorten=False) for m in chunk)
         if len(body) > RAW_CAP:
             body = body[:RAW_CAP] + f"\n[... {len(body) - RAW_CAP} characters truncated]"
         stamp = self._stamp(chunk)
-        await self.files.aappend_history(f"{stamp} [RAW] {len(chunk)} messages\n{body}")
+        await self.files.aappend_history(
+            f"{stamp} [RAW] {len(chunk)} messages\n{body}", entry_id=entry_id
+        )
         await self.sessions.mark_consolidated(session, stop)
         log.error(
             "consolidation failed %d times; chunk archived raw session=%s messages=%d",
-            MAX_FAILURES,
+            self._failures.get(session.key, 0),
             session.key,
             len(chunk),
         )
@@ -473,6 +514,12 @@ def _validate(arguments: Any, with_memory: bool) -> tuple[str, str]:
     if with_memory and (not isinstance(memory_update, str) or not memory_update.strip()):
         raise ModelCallError("save_memory: memory_update is missing or empty")
     return history_entry, memory_update or ""
+
+
+def _entry_id(session: Session, start: int, stop: int) -> str:
+    """A name for one chunk of one conversation, the same on every retry of its job."""
+    origin = f"{session.key}\0{session.created_at}\0{start}\0{stop}"
+    return hashlib.sha256(origin.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _user_boundary(messages: list[Message], index: int, floor: int) -> int:

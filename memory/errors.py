@@ -3,6 +3,7 @@
 MemoryStoreError
 ├── TokenizerError        no tokenizer vocabulary could be loaded (never a silent 0)
 ├── VersionNotFoundError  `memory restore` named a version that does not exist
+├── MemoryChangedError    MEMORY.md changed between a read and a compare-and-write
 ├── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
 ├── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
 └── EmbeddingError        the embeddings endpoint failed or answered nonsense (search falls back)
@@ -37,3 +38,7 @@ class SearchPathError(MemoryStoreError):
 
 class EmbeddingError(MemoryStoreError):
     """An `Embedder` could not turn texts into vectors; search goes on with keywords alone."""
+
+
+class MemoryChangedError(MemoryStoreError):
+    """MEMORY.md no longer holds the text a compare-and-write expected; nothing was written."""
