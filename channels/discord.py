@@ -19,6 +19,7 @@ import yarl
 
 from channels.base import AllowList, ChannelConfigError, split_message
 from gateway.bus import Handler, InboundMessage, OutboundMessage
+from memory.fileio import atomic_write
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib `audioop` for voice, which memgate never uses; Python 3.11 and
@@ -308,7 +309,7 @@ class DiscordChannel:
             return None
         relative = f"media/discord/{message.id}-{attachment.id}-{_safe_name(attachment.filename)}"
         try:
-            await asyncio.to_thread(_write_file, self._workspace / relative, data)
+            await asyncio.to_thread(atomic_write, self._workspace / relative, data)
         except OSError as exc:
             log.error("discord attachment not saved path=%s error=%r", relative, exc)
             return None
@@ -462,8 +463,3 @@ def _safe_name(filename: str) -> str:
     """A file name that cannot climb out of media/ or surprise a shell."""
     name = _UNSAFE_NAME.sub("_", filename).strip("._")[-80:]
     return name or "file"
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)

@@ -14,11 +14,9 @@ import datetime as dt
 import importlib.util
 import json
 import logging
-import os
 import random
 import re
 import secrets
-import tempfile
 import warnings
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -38,6 +36,7 @@ from channels.base import AllowList, ChannelConfigError
 from channels.telegram_html import Piece, render_pieces
 from channels.telegram_inbox import Inbox, Json
 from gateway.bus import Handler, InboundMessage, OutboundMessage
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -444,7 +443,7 @@ class TelegramChannel:
         else:
             filename = unique + _suffix(file.file_path or "")
         folder = self._workspace / "media" / "telegram"
-        await asyncio.to_thread(_write_atomic, folder / filename, bytes(data))
+        await asyncio.to_thread(atomic_write, folder / filename, bytes(data))
         path = f"media/telegram/{filename}"
         return f"[{kind}: {path}]", path
 
@@ -611,7 +610,7 @@ class TelegramChannel:
 
     def _save_state(self) -> None:
         state = {"last_update_id": self._last_update_id, "last_date": self._last_date}
-        _write_atomic(self._state_path, json.dumps(state).encode())
+        atomic_write(self._state_path, json.dumps(state).encode())
 
     async def _save_state_logged(self) -> None:
         try:
@@ -786,21 +785,6 @@ def _safe_name(name: str) -> str:
 def _suffix(file_path: str) -> str:
     suffix = Path(urlsplit(file_path).path).suffix
     return suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix) else ""
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _file_url(base_url: str) -> str:

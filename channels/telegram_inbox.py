@@ -20,9 +20,10 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +133,4 @@ class Inbox:
                 os.truncate(self.path, 0)
             return
         lines = [json.dumps({"update": update}, separators=(",", ":")) + "\n" for update in kept]
-        fd, tmp = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as file:
-                file.writelines(lines)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(self.path, "".join(lines))

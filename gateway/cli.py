@@ -30,6 +30,7 @@ from gateway.errors import ConfigError, MemgateError
 from gateway.logs import configure_logging
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
+from memory.fileio import create_exclusive
 from memory.files import MEMORY_TEMPLATE, MemoryFiles
 from memory.search import format_hits, terminal_progress
 
@@ -113,8 +114,11 @@ def write_templates(workspace: Path) -> tuple[list[Path], list[Path]]:
         if target.exists():
             kept.append(target)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            create_exclusive(target, text)
+        except FileExistsError:
+            kept.append(target)
+            continue
         created.append(target)
     for sub in ("sessions", "media"):
         (workspace / sub).mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.errors import ConfigError
+from memory.fileio import atomic_write
 
 
 class _Section(BaseModel):
@@ -309,16 +310,7 @@ def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> 
 
 def write_private(path: Path, text: str) -> None:
     """Write a file readable only by its owner (mode 0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    atomic_write(path, text)
 
 
 def render_config(

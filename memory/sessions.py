@@ -21,6 +21,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
+from memory.fileio import FILE_MODE, ensure_private_dir, fsync_dir
+
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
@@ -115,8 +117,8 @@ def _read(path: Path) -> Loaded:
 
 def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    ensure_private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     try:
         if cut_at is not None:
             os.ftruncate(fd, cut_at)
@@ -134,6 +136,24 @@ def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def _move_to_archive(path: Path, archive: Path, stem: str, stamp: str) -> Path:
+    """Move a session file under a name in `archive` that nobody holds (claimed by a hard link)."""
+    ensure_private_dir(archive)
+    serial = 1
+    while True:
+        suffix = "" if serial == 1 else f"-{serial}"
+        target = archive / f"{stem}.{stamp}{suffix}{SUFFIX}"
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            serial += 1
+            continue
+        os.unlink(path)
+        fsync_dir(archive)
+        fsync_dir(path.parent)
+        return target
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -280,13 +300,9 @@ class SessionStore:
                 return None
             stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
             stem = file_name(key)[: -len(SUFFIX)]
-            self.archive.mkdir(parents=True, exist_ok=True)
-            target = self.archive / f"{stem}.{stamp}{SUFFIX}"
-            serial = 1
-            while target.exists():
-                serial += 1
-                target = self.archive / f"{stem}.{stamp}-{serial}{SUFFIX}"
-            await asyncio.to_thread(os.replace, session.path, target)
+            target = await asyncio.to_thread(
+                _move_to_archive, session.path, self.archive, stem, stamp
+            )
             # Anyone still holding the old object (a running consolidation) now appends to the
             # archived file, and archival finds the same object, so the two never overlap.
             session.path = target
