@@ -128,6 +128,9 @@ class Consolidator:
         model: SummaryModel,
         settings: ConsolidationSettings,
         tz: tzinfo,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.sessions = sessions
         self.files = files
@@ -139,8 +142,9 @@ class Consolidator:
         self._pending: set[str] = set()
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}  # sessions backing off after a failure
-        self._clock: Callable[[], float] = time.monotonic
-        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        # How backoff tells and waits out time; a test may pass its own to see the delays.
+        self.clock = clock
+        self.sleep = sleep
         self._running = False
         self._active = 0
         self._idle = asyncio.Event()
@@ -159,11 +163,11 @@ class Consolidator:
 
     def backing_off(self, key: str) -> bool:
         """True while `key` waits out the backoff after a failed consolidation."""
-        return self._clock() < self._retry_at.get(key, 0.0)
+        return self.clock() < self._retry_at.get(key, 0.0)
 
     @property
     def sessions_backing_off(self) -> int:
-        now = self._clock()
+        now = self.clock()
         return sum(1 for until in self._retry_at.values() if now < until)
 
     def failures_of(self, key: str) -> int:
@@ -363,7 +367,7 @@ class Consolidator:
                 delay = self._failed(session.key, exc)
                 if raw:
                     return False  # even the raw copy failed: back off until a later job
-                await self._sleep(delay)
+                await self.sleep(delay)
                 continue
             self._failures.pop(session.key, None)
             self._retry_at.pop(session.key, None)
@@ -376,7 +380,7 @@ class Consolidator:
         self.failures_total += 1
         base = self.settings.retry_delay * 2 ** (failures - 1)
         delay = min(self.settings.max_retry_delay, base) * random.uniform(0.8, 1.2)
-        self._retry_at[key] = self._clock() + delay
+        self._retry_at[key] = self.clock() + delay
         log.warning(
             "consolidation failed session=%s attempt=%d retry_in=%.1fs error=%s",
             key,

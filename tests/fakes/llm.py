@@ -107,9 +107,12 @@ def embed_text(text: str) -> list[float]:
 
 @dataclass
 class Step:
-    """One scripted answer; `hold` keeps the request open until the event is set."""
+    """One scripted answer; `hold` keeps the request open until the event is set.
 
-    reply: Reply
+    `reply` may be a function of the request body, called once the hold is released.
+    """
+
+    reply: Reply | Callable[[dict[str, Any]], Reply]
     delay: float = 0.0
     hold: asyncio.Event | None = None
     match: Callable[[dict[str, Any]], bool] | None = None
@@ -133,7 +136,7 @@ class FakeLLM:
     # -- scripting ---------------------------------------------------------------------------------
     def push(
         self,
-        reply: Reply,
+        reply: Reply | Callable[[dict[str, Any]], Reply],
         *,
         delay: float = 0.0,
         hold: asyncio.Event | None = None,
@@ -193,6 +196,8 @@ class FakeLLM:
                 await asyncio.sleep(delay)
             if hold is not None:
                 await hold.wait()
+            if callable(reply):
+                reply = reply(body)
             return await self._respond(request, body, reply)
         finally:
             self.in_flight -= 1
