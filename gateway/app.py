@@ -21,6 +21,7 @@ from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider
 from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
+from memory.budget import PromptBudget
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
 from memory.files import MemoryFiles
@@ -182,6 +183,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             consolidation_settings(config),
             config.tz,
         )
+        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         metrics = Metrics()
         metrics.watch_consolidation(
             lambda: consolidator.runs,
@@ -196,9 +198,10 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             counter=counter,
             tools=tools,
             group_tools=group_tools,
-            context=ContextBuilder(config.workspace, memory, config.tz),
+            context=ContextBuilder(config.workspace, memory, config.tz, budget),
             keeper=consolidator,
             observer=metrics,
+            budget=budget,
         )
         group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")

@@ -58,6 +58,11 @@ class MemoryConfig(_Section):
     max_history_messages: int = Field(0, ge=0)
     groups: Literal["private", "shared"] = "private"
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
+    # Share of the prompt budget the fixed files (bootstrap files, MEMORY.md, today's note) may
+    # take together; a file over its part is cut in the prompt, with a warning naming it.
+    fixed_share: float = Field(0.5, ge=0.1, le=0.9)
+    # Consolidation compacts a MEMORY.md larger than this toward it.
+    max_memory_tokens: int = Field(4000, ge=256)
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
 
 

@@ -134,6 +134,16 @@ class TokenCounter:
             return self.count(text)
         return await asyncio.to_thread(self.count, text)
 
+    def truncate(self, text: str, tokens: int) -> str:
+        """The longest start of `text` that is at most `tokens` tokens."""
+        if tokens <= 0:
+            return ""
+        encoded = self._encoding.encode(text, disallowed_special=())
+        if len(encoded) <= tokens:
+            return text
+        # Decoding a token prefix can end inside a character; drop what does not decode.
+        return self._encoding.decode_bytes(encoded[:tokens]).decode("utf-8", errors="ignore")
+
     def count_message(self, message: dict[str, Any]) -> int:
         """Tokens one chat message adds to a prompt (content, tool calls, overhead)."""
         return self.count(message_text(message)) + MESSAGE_OVERHEAD
