@@ -22,6 +22,7 @@ from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider
 from gateway.tools import Tool, ToolRegistry, WorkspaceFiles
 from memory.budget import PromptBudget
+from memory.compact import MemoryCompactor
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
 from memory.files import MemoryFiles
@@ -175,15 +176,21 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         search = await stack.enter_async_context(open_search(config))
         for name, description, parameters, run in search_tools(search):
             tools.add(Tool(name, description, parameters, run))
+        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
+        summary_model = ProviderSummaryModel(summarizer)
+        compactor = MemoryCompactor(
+            memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
+        )
         consolidator = Consolidator(
             sessions,
             memory,
             counter,
-            ProviderSummaryModel(summarizer),
+            summary_model,
             consolidation_settings(config),
             config.tz,
+            budget=budget,
+            compactor=compactor,
         )
-        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         metrics = Metrics()
         metrics.watch_consolidation(
             lambda: consolidator.runs,

@@ -21,7 +21,9 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.errors import MemoryChangedError, ModelCallError
+from memory.budget import PromptBudget
+from memory.compact import MemoryCompactor
+from memory.errors import BudgetError, MemoryChangedError, ModelCallError
 from memory.files import MemoryFiles
 from memory.sessions import Message, Session, SessionStore
 from memory.tokens import TokenCounter
@@ -131,6 +133,8 @@ class Consolidator:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        budget: PromptBudget | None = None,
+        compactor: MemoryCompactor | None = None,
     ) -> None:
         self.sessions = sessions
         self.files = files
@@ -138,6 +142,9 @@ class Consolidator:
         self.model = model
         self.settings = settings
         self.tz = tz
+        self.budget = budget or PromptBudget(settings.budget, counter)
+        self.compactor = compactor
+        self._compacting = asyncio.Lock()
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._pending: set[str] = set()
         self._failures: dict[str, int] = {}
@@ -262,6 +269,8 @@ class Consolidator:
             session = await self.sessions.open_archived(job.archived)
         else:
             session = await self.sessions.get(job.key)
+        if not await self._compact(session):
+            return False
         async with session.consolidating:
             end = await asyncio.to_thread(self._target, session, job)
             if end is None:
@@ -363,7 +372,7 @@ class Consolidator:
                     await self._write_raw(session, chunk, stop, entry_id)
                 else:
                     await self._commit(session, chunk, stop, entry_id)
-            except (ModelCallError, MemoryChangedError, OSError) as exc:
+            except (ModelCallError, MemoryChangedError, BudgetError, OSError) as exc:
                 delay = self._failed(session.key, exc)
                 if raw:
                     return False  # even the raw copy failed: back off until a later job
@@ -372,6 +381,19 @@ class Consolidator:
             self._failures.pop(session.key, None)
             self._retry_at.pop(session.key, None)
             return True
+
+    async def _compact(self, session: Session) -> bool:
+        """Compact an oversized MEMORY.md before it goes into a prompt; False on failure."""
+        with_memory = not session.group or self.settings.shared_groups
+        if self.compactor is None or not with_memory:
+            return True
+        async with self._compacting:  # one compaction at a time; the next finds it done
+            try:
+                await self.compactor.compact_if_needed()
+            except (ModelCallError, MemoryChangedError, OSError) as exc:
+                self._failed(session.key, exc)
+                return False
+        return True
 
     def _failed(self, key: str, exc: BaseException) -> float:
         """Count a failure against `key`; return the backoff before its next attempt."""
@@ -429,6 +451,9 @@ class Consolidator:
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": "\n\n".join(parts)},
         ]
+        needed = await asyncio.to_thread(self.budget.size, messages, [tool])
+        if needed > self.budget.limit:
+            raise BudgetError(needed, self.budget.limit)
         try:
             async with asyncio.timeout(self.settings.timeout):
                 try:

@@ -9,7 +9,7 @@ import pytest
 
 from memory.tokens import TokenCounter
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, is_consolidation, text, tool_call
+from tests.fakes.llm import FakeLLM, is_compaction, is_consolidation, text, tool_call
 
 # context_window - max_tokens - 1024 = 2048 tokens for the prompt.
 SMALL = {"llm": {"context_window": 3328, "max_tokens": 256}}
@@ -85,4 +85,31 @@ async def test_a_huge_memory_file_is_cut_in_the_prompt_with_a_warning(
         assert "memgate cut memory/MEMORY.md here" in system
         assert request_tokens(runtime.counter, fake_llm.chat_requests()[-1]) <= (
             runtime.config.llm.budget
+        )
+
+
+async def test_consolidation_compacts_a_huge_memory_file_keeping_its_facts(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A 1 MB MEMORY.md is compacted under max_memory_tokens; every distinct fact stays."""
+    facts = [f"- Distinct fact number {i}: the user owns {i} books." for i in range(40)]
+    lines = ["# Long-term Memory", ""]
+    for index in range(29_000):
+        lines.append("- The user once mentioned a detail.")
+        if index % 725 == 0:
+            lines.append(facts[index // 725])
+    async with make_runtime({"memory": {"max_memory_tokens": 2000}}) as runtime:
+        original = "\n".join(lines) + "\n"
+        runtime.memory.memory_md.write_text(original)
+        assert len(original) > 1_000_000
+        assert await runtime.agent.handle(inbound("hello"))
+        await runtime.consolidator.wait_idle()
+        memory = runtime.memory.read_memory()
+        assert runtime.counter.count(memory) <= 2000
+        assert all(fact in memory for fact in facts)
+        assert "- The user once mentioned a detail." in memory
+        assert [v.read_text() for v in runtime.memory.list_versions()] == [original]
+        compactions = [r for r in fake_llm.requests if is_compaction(r)]
+        assert compactions and all(
+            request_tokens(runtime.counter, r) <= runtime.config.llm.budget for r in compactions
         )

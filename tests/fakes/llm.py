@@ -48,6 +48,22 @@ def is_consolidation(body: dict[str, Any]) -> bool:
     return any(t.get("function", {}).get("name") == "save_memory" for t in body.get("tools") or [])
 
 
+def is_compaction(body: dict[str, Any]) -> bool:
+    """True for a MEMORY.md compaction call (it offers the compact_memory tool)."""
+    tools = body.get("tools") or []
+    return any(t.get("function", {}).get("name") == "compact_memory" for t in tools)
+
+
+def compaction_reply(body: dict[str, Any]) -> Reply:
+    """A compact_memory call that drops repeated lines of its part and keeps every other line."""
+    part = last_user_text(body).partition("## Part of MEMORY.md to compact\n\n")[2]
+    kept: list[str] = []
+    for line in part.splitlines():
+        if not line.strip() or line not in kept:
+            kept.append(line)
+    return tool_call("compact_memory", {"text": "\n".join(kept) + "\n"})
+
+
 def last_user_text(body: dict[str, Any]) -> str:
     """The last user message's text, without memgate's runtime block."""
     for message in reversed(body.get("messages", [])):
@@ -146,7 +162,7 @@ class FakeLLM:
         self.steps.append(Step(reply, delay, hold, match))
 
     def chat_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if not is_consolidation(r)]
+        return [r for r in self.requests if not is_consolidation(r) and not is_compaction(r)]
 
     def consolidation_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if is_consolidation(r)]
@@ -187,6 +203,8 @@ class FakeLLM:
                     reply = self.default(body)
                 elif is_consolidation(body):
                     reply = consolidation_reply(body)
+                elif is_compaction(body):
+                    reply = compaction_reply(body)
                 else:
                     reply = text(f"echo: {last_user_text(body)}")
                 delay, hold = self.delay, None
