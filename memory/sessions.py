@@ -32,6 +32,7 @@ _ESCAPE = re.compile(r"%([0-9A-F]{2})")
 SUFFIX = ".jsonl"
 # Fields of a stored message that the model sees; the rest (timestamp, sender) are ours.
 _WIRE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+_ROLES = ("system", "user", "assistant", "tool")
 
 
 def file_name(key: str) -> str:
@@ -98,12 +99,53 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
                 last_consolidated = pointer
-        elif isinstance(record.get("role"), str):
-            messages.append(record)
+        elif "role" in record:
+            if well_formed(record):
+                messages.append(record)
+            else:
+                # Valid JSON of the wrong shape costs only itself, like an unparseable line.
+                log.warning("skipping malformed message file=%s line=%d", origin, number)
         else:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
     return Loaded(
         messages, min(last_consolidated, len(messages)), created_at, group, end, torn, key
+    )
+
+
+def well_formed(record: dict[str, Any]) -> bool:
+    """True if a stored message has the shape the model's API takes (role, content, tool calls)."""
+    role = record.get("role")
+    if role not in _ROLES:
+        return False
+    content = record.get("content")
+    if not _content_shaped(content):
+        return False
+    calls = record.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            return False
+        for call in calls:
+            if not isinstance(call, dict):
+                return False
+            function = call.get("function")
+            if not (
+                isinstance(call.get("id"), str)
+                and isinstance(function, dict)
+                and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", ""), str)
+            ):
+                return False
+    if role == "tool" and not isinstance(record.get("tool_call_id"), str):
+        return False
+    return not (role in ("user", "tool") and content is None)
+
+
+def _content_shaped(content: Any) -> bool:
+    """Text, nothing, or a list of typed parts (text and images), as the chat API takes it."""
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(part, dict) and isinstance(part.get("type"), str) for part in content
     )
 
 
