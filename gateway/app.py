@@ -196,6 +196,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             lambda: consolidator.runs,
             lambda: consolidator.failures_total,
             lambda: consolidator.queue_depth,
+            lambda: consolidator.sessions_backing_off,
         )
         agent = AgentLoop(
             config=config,

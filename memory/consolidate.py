@@ -360,13 +360,16 @@ class Consolidator:
         """Consolidate one chunk, retrying with backoff; False if it must wait for a later job.
 
         Any failure on the way (the model call, HISTORY.md, MEMORY.md, the session marker) counts
-        against this session. After MAX_FAILURES the chunk goes to HISTORY.md raw; if even that
-        fails, the session backs off and the next job starts over from the same pointer.
+        against this session and grows its backoff. After MAX_FAILURES attempts the chunk goes to
+        HISTORY.md raw; if even that fails, the session backs off (no job is queued for it until
+        then) and the next job starts over, model call first, from the same pointer.
         """
         chunk = session.messages[start:stop]
         entry_id = _entry_id(session, start, stop)
+        attempts = 0  # of this job; the session's count (for the backoff) may be higher
         while True:
-            raw = self._failures.get(session.key, 0) >= MAX_FAILURES
+            raw = attempts >= MAX_FAILURES
+            attempts += 1
             try:
                 if raw:
                     await self._write_raw(session, chunk, stop, entry_id)

@@ -146,3 +146,55 @@ async def test_a_job_failing_after_its_history_append_is_retried_without_a_repea
             assert session.unconsolidated == 0
         memory = runtime.memory.read_memory()
         assert all(fact_of(key.partition(":")[2]) in memory for key in keys)
+
+
+class ManualClock:
+    """Time that moves only when the consolidator waits (or the test says so)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.waits.append(delay)
+        self.now += delay
+
+
+async def test_an_unwritable_history_is_counted_backed_off_and_loses_nothing(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """HISTORY.md unwritable: failures counted, calls spaced by a growing backoff, all kept later."""
+    fake_llm.default = serve_merges
+    async with make_runtime({"memory": {"window": 4}}) as runtime:
+        consolidator = runtime.consolidator
+        clock = ManualClock()
+        consolidator.clock, consolidator.sleep = clock, clock.sleep
+        history = runtime.memory.history_md
+        history.mkdir()  # a folder where the file should be: every append fails
+        await two_turns(runtime, "42")
+        await consolidator.wait_idle()
+        # Three model calls, each answered and each failing on HISTORY.md, then the raw copy.
+        assert len(fake_llm.consolidation_requests()) == 3
+        assert consolidator.failures_total == 4 and consolidator.backing_off("test:42")
+        assert clock.waits[1] > clock.waits[0] * 1.3  # the waits grow
+        metrics = runtime.metrics.render().decode()
+        assert "memgate_consolidation_failures 4.0" in metrics
+        assert "memgate_consolidation_backing_off 1.0" in metrics
+        # While it backs off, turns go on and pay for no consolidation call.
+        for index in range(3):
+            assert await runtime.agent.handle(inbound(f"chat 42 later {index}", "42"))
+        await consolidator.wait_idle()
+        assert len(fake_llm.consolidation_requests()) == 3
+        history.rmdir()
+        clock.now += runtime.consolidator.settings.max_retry_delay * 2
+        assert await runtime.agent.handle(inbound("chat 42 again", "42"))
+        await consolidator.wait_idle()
+        session = await runtime.sessions.get("test:42")
+        assert consolidator.failures_of("test:42") == 0 and not consolidator.backing_off("test:42")
+        consolidated = "\n".join(history_paragraphs(runtime))
+        assert "Talked in 42." in consolidated
+        assert session.last_consolidated >= 4
+        assert fact_of("42") in runtime.memory.read_memory()
