@@ -443,7 +443,12 @@ class TelegramChannel:
         else:
             filename = unique + _suffix(file.file_path or "")
         folder = self._workspace / "media" / "telegram"
-        await asyncio.to_thread(atomic_write, folder / filename, bytes(data))
+        try:
+            await asyncio.to_thread(atomic_write, folder / filename, bytes(data))
+        except OSError as exc:
+            # Disk full, permissions: the words of the message still count, so it goes on.
+            log.warning("telegram could not save attachment kind=%s error=%s", kind, exc)
+            return f"[{kind}: could not be saved]", ""
         path = f"media/telegram/{filename}"
         return f"[{kind}: {path}]", path
 
