@@ -1,6 +1,6 @@
 """The Telegram channel: python-telegram-bot long polling (or a webhook) in, HTML replies out.
 
-Every update is journaled in the inbox (channels/telegram_inbox.py) before Telegram hears that it
+Every update is journaled in the inbox (channels/inbox.py) before Telegram hears that it
 arrived, and replayed at the next start if the process died before handling it.
 
 The only module that imports `telegram`; of ours it imports only `gateway.bus` and `channels`.
@@ -33,8 +33,8 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from telegram.request import HTTPXRequest
 
 from channels.base import AllowList, ChannelConfigError
+from channels.inbox import Inbox, Json
 from channels.telegram_html import Piece, render_pieces
-from channels.telegram_inbox import Inbox, Json
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 from memory.fileio import atomic_write
 

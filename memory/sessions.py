@@ -1,8 +1,9 @@
-"""The session store: one append-only JSONL file per conversation (SPEC §3).
+"""The session store: one append-only JSONL file per conversation.
 
-A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Loading
-tolerates a torn last line (dropped, then cut off before the next append) and corrupt lines in the
-middle (skipped with a warning). Sessions are cached with a bound; a session still referenced by a
+A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Each append
+is one write and one fsync, whatever the number of lines. Loading tolerates a torn last line
+(dropped, then cut off before the next append), corrupt lines in the middle and messages of the
+wrong shape (each skipped with a warning). Sessions are cached with a bound; a session still referenced by a
 running turn or job is never loaded twice.
 """
 
@@ -175,6 +176,8 @@ def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
             # glued onto: take the partial bytes back before reporting the error.
             os.ftruncate(fd, before)
             raise
+        # The lines of one append (a turn's messages, a marker) share this one fsync.
+        os.fsync(fd)
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
