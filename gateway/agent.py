@@ -1,4 +1,4 @@
-"""The agent loop: one turn per inbound message, shared by every channel (SPEC §5).
+"""The agent loop: one turn per inbound message, shared by every channel.
 
 Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
 message is stored before the model is called, so nothing the person said is lost. `handle()` is the

@@ -1,4 +1,4 @@
-"""Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts (SPEC §4).
+"""Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts.
 
 The reply path only calls `after_turn()` / `after_rotate()`, which enqueue; `memory.workers` workers
 do the model calls. A session has at most one job queued or running, and failure counts are kept per
@@ -44,7 +44,7 @@ _STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
 
 
 def save_memory_tool(with_memory: bool) -> dict[str, Any]:
-    """The one tool of a consolidation call; group chats get no memory_update (SPEC §4)."""
+    """The one tool of a consolidation call; group chats get no memory_update."""
     properties: dict[str, Any] = {
         "history_entry": {
             "type": "string",
