@@ -13,7 +13,7 @@ from typing import Any
 from gateway.app import Runtime
 from memory.consolidate import Job
 from memory.sessions import SessionStore
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import ManualClock, RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, text, tool_call
 from tests.test_cli import memgate
 
@@ -146,21 +146,6 @@ async def test_a_job_failing_after_its_history_append_is_retried_without_a_repea
             assert session.unconsolidated == 0
         memory = runtime.memory.read_memory()
         assert all(fact_of(key.partition(":")[2]) in memory for key in keys)
-
-
-class ManualClock:
-    """Time that moves only when the consolidator waits (or the test says so)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.waits: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, delay: float) -> None:
-        self.waits.append(delay)
-        self.now += delay
 
 
 async def test_an_unwritable_history_is_counted_backed_off_and_loses_nothing(
