@@ -25,6 +25,7 @@ from memory.budget import PromptBudget
 from memory.compact import MemoryCompactor
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
+from memory.failures import FAILURE_REPORT
 from memory.files import MemoryFiles
 from memory.search import MemorySearch, search_tools
 from memory.sessions import SessionStore
@@ -190,6 +191,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             config.tz,
             budget=budget,
             compactor=compactor,
+            failure_report=config.state_dir / FAILURE_REPORT,
         )
         metrics = Metrics()
         metrics.watch_consolidation(

@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 from memory.budget import PromptBudget
 from memory.compact import MemoryCompactor
 from memory.errors import BudgetError, MemoryChangedError, ModelCallError
+from memory.failures import FailureLog
 from memory.files import MemoryFiles
 from memory.sessions import Message, Session, SessionStore
 from memory.tokens import TokenCounter
@@ -135,6 +135,7 @@ class Consolidator:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         budget: PromptBudget | None = None,
         compactor: MemoryCompactor | None = None,
+        failure_report: Path | None = None,
     ) -> None:
         self.sessions = sessions
         self.files = files
@@ -147,8 +148,7 @@ class Consolidator:
         self._compacting = asyncio.Lock()
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._pending: set[str] = set()
-        self._failures: dict[str, int] = {}
-        self._retry_at: dict[str, float] = {}  # sessions backing off after a failure
+        self.failures = FailureLog(failure_report)
         # How backoff tells and waits out time; a test may pass its own to see the delays.
         self.clock = clock
         self.sleep = sleep
@@ -157,7 +157,6 @@ class Consolidator:
         self._idle = asyncio.Event()
         self._idle.set()
         self.runs = 0
-        self.failures_total = 0
         self.progress: Callable[[str, int, int], None] | None = None
         self._closing = False
         self._changed = asyncio.Condition()
@@ -170,16 +169,19 @@ class Consolidator:
 
     def backing_off(self, key: str) -> bool:
         """True while `key` waits out the backoff after a failed consolidation."""
-        return self.clock() < self._retry_at.get(key, 0.0)
+        return self.failures.backing_off(key, self.clock())
 
     @property
     def sessions_backing_off(self) -> int:
-        now = self.clock()
-        return sum(1 for until in self._retry_at.values() if now < until)
+        return self.failures.waiting(self.clock())
+
+    @property
+    def failures_total(self) -> int:
+        return self.failures.total
 
     def failures_of(self, key: str) -> int:
         """Consolidation failures of `key` since its last success."""
-        return self._failures.get(key, 0)
+        return self.failures.count(key)
 
     def after_rotate(self, key: str, archived: Path) -> None:
         if self.settings.archive_on_new:
@@ -381,8 +383,7 @@ class Consolidator:
                     return False  # even the raw copy failed: back off until a later job
                 await self.sleep(delay)
                 continue
-            self._failures.pop(session.key, None)
-            self._retry_at.pop(session.key, None)
+            self.failures.clear(session.key, self.clock())
             return True
 
     async def _compact(self, session: Session) -> bool:
@@ -400,18 +401,20 @@ class Consolidator:
 
     def _failed(self, key: str, exc: BaseException) -> float:
         """Count a failure against `key`; return the backoff before its next attempt."""
-        failures = self._failures.get(key, 0) + 1
-        self._failures[key] = failures
-        self.failures_total += 1
-        base = self.settings.retry_delay * 2 ** (failures - 1)
-        delay = min(self.settings.max_retry_delay, base) * random.uniform(0.8, 1.2)
-        self._retry_at[key] = self.clock() + delay
+        error = f"{type(exc).__name__}: {exc}"
+        delay = self.failures.record(
+            key,
+            error,
+            self.clock(),
+            first=self.settings.retry_delay,
+            cap=self.settings.max_retry_delay,
+        )
         log.warning(
             "consolidation failed session=%s attempt=%d retry_in=%.1fs error=%s",
             key,
-            failures,
+            self.failures.count(key),
             delay,
-            f"{type(exc).__name__}: {exc}",
+            error,
         )
         return delay
 
@@ -494,7 +497,7 @@ class Consolidator:
         await self.sessions.mark_consolidated(session, stop)
         log.error(
             "consolidation failed %d times; chunk archived raw session=%s messages=%d",
-            self._failures.get(session.key, 0),
+            self.failures.count(session.key),
             session.key,
             len(chunk),
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import Runtime
+from gateway.status import describe
 from memory.consolidate import Job
 from memory.sessions import SessionStore
 from tests.conftest import ManualClock, RuntimeFactory, inbound
@@ -168,6 +169,9 @@ async def test_an_unwritable_history_is_counted_backed_off_and_loses_nothing(
         metrics = runtime.metrics.render().decode()
         assert "memgate_consolidation_failures 4.0" in metrics
         assert "memgate_consolidation_backing_off 1.0" in metrics
+        status = describe(runtime.config)  # what `memgate status` prints
+        assert "consolidation: 1 session(s) failing" in status
+        assert "test:42: 4 failure(s)" in status and "IsADirectoryError" in status
         # While it backs off, turns go on and pay for no consolidation call.
         for index in range(3):
             assert await runtime.agent.handle(inbound(f"chat 42 later {index}", "42"))
@@ -183,3 +187,4 @@ async def test_an_unwritable_history_is_counted_backed_off_and_loses_nothing(
         assert "Talked in 42." in consolidated
         assert session.last_consolidated >= 4
         assert fact_of("42") in runtime.memory.read_memory()
+        assert "consolidation: no failures reported" in describe(runtime.config)
