@@ -113,3 +113,27 @@ async def test_consolidation_compacts_a_huge_memory_file_keeping_its_facts(
         assert compactions and all(
             request_tokens(runtime.counter, r) <= runtime.config.llm.budget for r in compactions
         )
+
+
+@pytest.mark.parametrize("name", ["USER.md", "daily note"])
+async def test_an_oversized_bootstrap_file_or_daily_note_is_cut_not_fatal(
+    name: str,
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bootstrap file or today's note over its share is cut with a marker and a named warning."""
+    async with make_runtime(SMALL) as runtime:
+        if name == "USER.md":
+            path, shown = runtime.config.workspace / "USER.md", "USER.md"
+        else:
+            path = runtime.memory.daily_note_path()
+            shown = f"memory/{path.name}"
+        path.write_text("A line the person wrote down. " * 3000)
+        with caplog.at_level(logging.WARNING, logger="memory.budget"):
+            reply = await runtime.agent.handle(inbound("hello"))
+        assert reply is not None and reply.text == "echo: hello"
+        assert any(f"file={shown} " in r.getMessage() for r in caplog.records)
+        request = fake_llm.chat_requests()[-1]
+        assert f"memgate cut {shown} here" in request["messages"][0]["content"]
+        assert request_tokens(runtime.counter, request) <= 2048
