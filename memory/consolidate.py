@@ -1,9 +1,13 @@
 """Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts.
 
 The reply path only calls `after_turn()` / `after_rotate()`, which enqueue; `memory.workers` workers
-do the model calls. A session has at most one job queued or running, and failure counts are kept per
-session. The model is reached through `SummaryModel`, an interface defined here so this package never
-imports the gateway.
+do the model calls. A session has at most one job queued or running. Every write goes through
+`MemoryFiles`, the one writer: MEMORY.md by compare-and-write (a merge that raced another write is
+asked again), HISTORY.md entries tagged with their chunk so a retry never repeats one. Any failure
+counts against its session, which then backs off (memory/failures.py). Requests are checked
+against the prompt budget, and an oversized MEMORY.md is compacted first (memory/compact.py). The
+model is reached through `SummaryModel`, an interface defined here so this package never imports
+the gateway.
 """
 
 from __future__ import annotations
