@@ -153,6 +153,8 @@ class Consolidator:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._pending: set[str] = set()
         self.failures = FailureLog(failure_report)
+        # Archive jobs waiting out a backoff, by job ident.
+        self._retries: dict[str, asyncio.TimerHandle] = {}
         # How backoff tells and waits out time; a test may pass its own to see the delays.
         self.clock = clock
         self.sleep = sleep
@@ -246,10 +248,24 @@ class Consolidator:
                 self._pending.discard(job.ident)
                 if again:
                     self.enqueue(job)
-                elif not self._pending:
+                elif job.archived is not None and self.backing_off(job.key):
+                    self._retry_later(job)
+                if not self._pending:
                     self._idle.set()
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _retry_later(self, job: Job) -> None:
+        """Queue an archive's job again when its backoff ends: no new turn will ever bring it
+        back (a live session's next turn does, once its backoff is over)."""
+        delay = max(0.0, self.failures.retry_at(job.key) - self.clock())
+        loop = asyncio.get_running_loop()
+        self._retries[job.ident] = loop.call_later(delay, self._retry_due, job)
+
+    def _retry_due(self, job: Job) -> None:
+        self._retries.pop(job.ident, None)
+        if not self._closing:
+            self.enqueue(job)
 
     async def wait_idle(self) -> None:
         """Wait until nothing is queued or running (tests, the CLI)."""
@@ -258,6 +274,9 @@ class Consolidator:
     async def drain(self, grace: float) -> bool:
         """Start no new job and give running ones `grace` seconds; True if they all finished."""
         self._closing = True
+        for handle in self._retries.values():
+            handle.cancel()
+        self._retries.clear()
         try:
             async with asyncio.timeout(grace), self._changed:
                 await self._changed.wait_for(lambda: self._active == 0)

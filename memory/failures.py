@@ -64,6 +64,11 @@ class FailureLog:
         failing = self._sessions.get(key)
         return failing.failures if failing else 0
 
+    def retry_at(self, key: str) -> float:
+        """When `key` may be tried again (on the consolidator's clock); 0 if it is not failing."""
+        failing = self._sessions.get(key)
+        return failing.retry_at if failing else 0.0
+
     def backing_off(self, key: str, now: float) -> bool:
         failing = self._sessions.get(key)
         return failing is not None and now < failing.retry_at

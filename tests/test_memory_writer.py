@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 from collections import Counter
@@ -188,3 +189,34 @@ async def test_an_unwritable_history_is_counted_backed_off_and_loses_nothing(
         assert session.last_consolidated >= 4
         assert fact_of("42") in runtime.memory.read_memory()
         assert "consolidation: no failures reported" in describe(runtime.config)
+
+
+async def test_a_failing_archive_is_tried_again_by_itself_after_its_backoff(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """An archive whose consolidation backs off is queued again when the backoff ends."""
+    fake_llm.default = serve_merges
+    async with make_runtime() as runtime:
+        consolidator = runtime.consolidator
+        consolidator.settings = dataclasses.replace(
+            consolidator.settings, retry_delay=0.01, max_retry_delay=0.05
+        )
+        waits: list[float] = []
+
+        async def no_wait(delay: float) -> None:
+            waits.append(delay)  # the waits inside a job pass at once; the backoff timer does not
+
+        consolidator.sleep = no_wait
+        history = runtime.memory.history_md
+        history.mkdir()
+        await two_turns(runtime, "42")
+        assert await runtime.agent.handle(inbound("/new", "42"))
+        await consolidator.wait_idle()
+        assert len(fake_llm.consolidation_requests()) == 3
+        [archived] = runtime.sessions.archived_paths()
+        history.rmdir()  # no await since the job ended: its retry cannot have started yet
+        await fake_llm.wait_for_requests(4, kind="consolidation")
+        await consolidator.wait_idle()
+        session = await runtime.sessions.open_archived(archived)
+        assert session.unconsolidated == 0
+        assert "Talked in 42." in runtime.memory.read_history()
