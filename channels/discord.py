@@ -1,6 +1,9 @@
 """The Discord adapter: discord.py's gateway client turned into `InboundMessage`s, replies sent back.
 
-The only module that imports `discord`; of ours it imports only `gateway.bus` and `channels.base`.
+The only module that imports `discord`; of ours it imports `gateway.bus`, `memory.fileio` and
+the channels' own helpers. With a `state_dir`, every accepted message is journaled in an inbox on
+arrival, before it waits for its turn, and finished once handled: a message a stop or a kill left
+unanswered is answered at the next start (the agent recognises one it already stored).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import logging
 import random
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import aiohttp  # discord.py's own transport; imported for its exception types o
 import yarl
 
 from channels.base import AllowList, ChannelConfigError, split_message
+from channels.inbox import Inbox, Json
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from memory.fileio import atomic_write
 
@@ -72,6 +76,7 @@ class DiscordChannel:
         guild_ready_timeout: float = 2.0,
         max_media_bytes: int = 25 * 1024 * 1024,
         shutdown_grace: float = 0.0,
+        state_dir: Path | None = None,
     ) -> None:
         if not token or not token.strip():
             raise ValueError("channels.discord.token must not be empty")
@@ -102,6 +107,8 @@ class DiscordChannel:
         self._connected = False
         self._inflight: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._state_dir = Path(state_dir) if state_dir is not None else None
+        self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
         return f"<DiscordChannel group_policy={self._group_policy} connected={self._connected}>"
@@ -123,6 +130,8 @@ class DiscordChannel:
         _point_library_at(self._api_base, self._gateway_url)
         try:
             client = await self._login()
+            for record in await asyncio.to_thread(self._open_inbox, client):
+                self._track(self._replay(record), f"discord replay {record['message_id']}")
             await client.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired as exc:
             raise DiscordChannelError(
@@ -141,6 +150,8 @@ class DiscordChannel:
                 await self._drain()
             finally:
                 await self._close_client()
+                if self._inbox is not None:
+                    self._inbox.close()
 
     async def send(self, message: OutboundMessage) -> None:
         """Send `message` split below 2000 characters; a failure is logged, never raised."""
@@ -217,10 +228,13 @@ class DiscordChannel:
         text = _clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
+        if self._inbox is not None:
+            self._inbox.append(_record(message, text, mentioned))
         # Each message in its own task, so `/stop` can arrive while a turn is running.
-        task = asyncio.create_task(
-            self._handle(message, text, mentioned), name=f"discord {message.id}"
-        )
+        self._track(self._handle(message, text, mentioned), f"discord {message.id}")
+
+    def _track(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
         self._inflight.add(task)
         task.add_done_callback(self._forget)
 
@@ -239,6 +253,7 @@ class DiscordChannel:
             typing.cancel()
         if reply is not None:
             await self.send(reply)
+        self._finish(message.id)
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -317,6 +332,49 @@ class DiscordChannel:
             log.error("discord attachment not saved path=%s error=%r", relative, exc)
             return None
         return relative
+
+    # -- the inbox -----------------------------------------------------------------------------------
+
+    def _open_inbox(self, client: _Client) -> list[Json]:
+        """Open this bot's inbox (blocking); the messages left unanswered last time, oldest first."""
+        if self._state_dir is None or client.user is None:
+            return []
+        path = self._state_dir / f"discord-{client.user.id}-inbox.jsonl"
+        self._inbox = Inbox(path, id_field="message_id", label="discord")
+        try:
+            pending = self._inbox.open()
+        except OSError as exc:
+            log.error("discord inbox unavailable path=%s error=%s", path, exc)
+            self._inbox = None
+            return []
+        if pending:
+            log.info("discord answering messages left from the last run count=%d", len(pending))
+        return pending
+
+    def _finish(self, message_id: int) -> None:
+        if self._inbox is not None:
+            self._inbox.finish(message_id)
+
+    async def _replay(self, record: Json) -> None:
+        """Answer a journaled message as if it had just arrived (its files are only named)."""
+        try:
+            inbound = _inbound_from(record)
+        except (KeyError, TypeError, ValueError):
+            log.warning(
+                "discord inbox entry unreadable, dropped entry=%s", record.get("message_id")
+            )
+            self._finish(int(record.get("message_id", 0)))
+            return
+        try:
+            reply = await self._handler(inbound)
+        except Exception:
+            log.exception(
+                "discord handler failed on a replayed message chat_id=%s", inbound.chat_id
+            )
+            reply = None
+        if reply is not None:
+            await self.send(reply)
+        self._finish(int(record["message_id"]))
 
     async def _login(self) -> _Client:
         """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.
@@ -455,6 +513,38 @@ async def _keep_typing(channel: discord.abc.Messageable) -> None:
         except _NETWORK_ERRORS as exc:
             log.debug("discord typing failed error=%r", exc)
         await asyncio.sleep(_TYPING_EVERY)
+
+
+def _record(message: discord.Message, text: str, mentioned: bool) -> Json:
+    """What the inbox keeps of a message: enough to answer it after a restart."""
+    return {
+        "message_id": message.id,
+        "chat_id": str(message.channel.id),
+        "sender_id": str(message.author.id),
+        "sender_name": message.author.display_name,
+        "text": text,
+        "group": message.guild is not None,
+        "mentioned": mentioned,
+        "attachments": [[a.filename, a.content_type] for a in message.attachments],
+    }
+
+
+def _inbound_from(record: Json) -> InboundMessage:
+    """The inbound message of a journaled record; attachments are named, not downloaded again."""
+    lines = [str(record["text"])] if record["text"] else []
+    for filename, content_type in record.get("attachments", []):
+        kind = _attachment_kind(content_type)
+        lines.append(f"[{kind}: {filename} (not downloaded: received before a restart)]")
+    return InboundMessage(
+        channel=DiscordChannel.name,
+        chat_id=str(record["chat_id"]),
+        sender_id=str(record["sender_id"]),
+        text="\n".join(lines),
+        sender_name=str(record.get("sender_name") or ""),
+        is_group=bool(record.get("group")),
+        mentioned=bool(record.get("mentioned")),
+        message_id=str(record["message_id"]),
+    )
 
 
 def _attachment_kind(content_type: str | None) -> str:

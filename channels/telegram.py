@@ -1,6 +1,6 @@
 """The Telegram channel: python-telegram-bot long polling (or a webhook) in, HTML replies out.
 
-Every update is journaled in the inbox (channels/telegram_inbox.py) before Telegram hears that it
+Every update is journaled in the inbox (channels/inbox.py) before Telegram hears that it
 arrived, and replayed at the next start if the process died before handling it.
 
 The only module that imports `telegram`; of ours it imports only `gateway.bus` and `channels`.
@@ -33,8 +33,8 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from telegram.request import HTTPXRequest
 
 from channels.base import AllowList, ChannelConfigError
+from channels.inbox import Inbox, Json
 from channels.telegram_html import Piece, render_pieces
-from channels.telegram_inbox import Inbox, Json
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from memory.fileio import atomic_write
 
@@ -447,7 +447,12 @@ class TelegramChannel:
             filename = unique + _suffix(file.file_path or "")
         # One folder per chat: a chat's scope reaches its own attachments and no one else's.
         path = f"{media_folder(self.name, chat_id)}/{filename}"
-        await asyncio.to_thread(atomic_write, self._workspace / path, bytes(data))
+        try:
+            await asyncio.to_thread(atomic_write, self._workspace / path, bytes(data))
+        except OSError as exc:
+            # Disk full, permissions: the words of the message still count, so it goes on.
+            log.warning("telegram could not save attachment kind=%s error=%s", kind, exc)
+            return f"[{kind}: could not be saved]", ""
         return f"[{kind}: {path}]", path
 
     async def _turn(self, inbound: InboundMessage, target: _Target, update_id: int) -> None:

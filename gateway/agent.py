@@ -24,6 +24,8 @@ from gateway.errors import LLMError
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
 from gateway.tools import ToolBox, ToolRegistry
+from memory.budget import PromptBudget
+from memory.errors import BudgetError
 from memory.files import MemoryFiles
 from memory.sessions import Session, SessionStore, history_window
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -74,6 +76,7 @@ class AgentLoop:
         context: ContextBuilder,
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
+        budget: PromptBudget | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -85,6 +88,7 @@ class AgentLoop:
         self.context = context
         self.keeper = keeper
         self.observer = observer
+        self.budget = budget or PromptBudget(config.llm.budget, counter)
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -268,9 +272,21 @@ class AgentLoop:
         stats: TurnStats,
     ) -> str | None:
         schemas = tools.schemas()
+        current = len(messages) - 1  # the message this turn answers
         for _ in range(self.config.agent.max_iterations):
+            try:
+                # Every call of the turn is checked: tool results grow the request after the first.
+                request = await asyncio.to_thread(
+                    self.budget.fit, messages, schemas, current=current
+                )
+            except BudgetError as exc:
+                log.warning("turn stopped over budget session=%s error=%s", session.key, exc)
+                return (
+                    f"I had to stop: the next step would need {exc.needed} tokens and the model "
+                    f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
+                )
             called = time.monotonic()
-            response = await self.provider.chat(messages, schemas)
+            response = await self.provider.chat(request, schemas)
             if self.observer is not None:
                 self.observer.llm_call(
                     time.monotonic() - called, response.prompt_tokens, response.completion_tokens

@@ -23,8 +23,11 @@ from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
 from gateway.state import check_apart, index_path, move_workspace_state
 from gateway.tools import Tool, ToolBox
+from memory.budget import PromptBudget
+from memory.compact import MemoryCompactor
 from memory.consolidate import ConsolidationSettings, Consolidator
 from memory.errors import ModelCallError
+from memory.failures import FAILURE_REPORT
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
 from memory.search import MemorySearch, search_tools
@@ -223,19 +226,30 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
         tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools)
+        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
+        summary_model = ProviderSummaryModel(
+            summarizer, getattr(summarizer, "tool_support", tool_support)
+        )
+        compactor = MemoryCompactor(
+            memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
+        )
         consolidator = Consolidator(
             sessions,
             memory,
             counter,
-            ProviderSummaryModel(summarizer, getattr(summarizer, "tool_support", tool_support)),
+            summary_model,
             consolidation_settings(config),
             config.tz,
+            budget=budget,
+            compactor=compactor,
+            failure_report=config.state_dir / FAILURE_REPORT,
         )
         metrics = Metrics()
         metrics.watch_consolidation(
             lambda: consolidator.runs,
             lambda: consolidator.failures_total,
             lambda: consolidator.queue_depth,
+            lambda: consolidator.sessions_backing_off,
         )
         agent = AgentLoop(
             config=config,
@@ -244,9 +258,10 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             memory=memory,
             counter=counter,
             tools=tools,
-            context=ContextBuilder(config.workspace, memory, config.tz),
+            context=ContextBuilder(config.workspace, memory, config.tz, budget),
             keeper=consolidator,
             observer=metrics,
+            budget=budget,
         )
         group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")

@@ -112,6 +112,10 @@ class MemoryConfig(_Section):
     """private: group chats see no MEMORY.md and write only HISTORY.md; shared: they read and update MEMORY.md too."""
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
     """Seconds per consolidation call."""
+    fixed_share: float = Field(0.5, ge=0.1, le=0.9)
+    """Share of the prompt budget the fixed files (bootstrap files, MEMORY.md, today's note) may take together; a file over its part is cut in the prompt, with a warning naming it."""
+    max_memory_tokens: int = Field(4000, ge=256)
+    """Consolidation compacts a MEMORY.md larger than this toward it."""
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
     """Semantic search (a section with the keys below); null: keyword search alone."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gateway.bus import InboundMessage
 from gateway.scope import Scope
+from memory.budget import Part, PromptBudget
 from memory.files import MemoryFiles
 from memory.search import SEARCH_PROMPT
 
@@ -67,10 +68,17 @@ class _Snapshot:
 class ContextBuilder:
     """Assembles the system prompt from the workspace files, caching it until one changes."""
 
-    def __init__(self, workspace: Path, memory: MemoryFiles, tz: tzinfo) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        memory: MemoryFiles,
+        tz: tzinfo,
+        budget: PromptBudget | None = None,
+    ) -> None:
         self.workspace = workspace
         self.memory = memory
         self.tz = tz
+        self.budget = budget  # None: files go in whole (tools and tests that build prompts only)
         self._cache: dict[Scope, _Snapshot] = {}
 
     def _sources(self, scope: Scope) -> list[Path]:
@@ -118,18 +126,31 @@ class ContextBuilder:
             workspace = GROUP_WORKSPACE.format(own=own, media=media).strip()
             parts = [IDENTITY.strip(), workspace, ANSWERING.strip()]
             names = GROUP_BOOTSTRAP_FILES
+        files: list[tuple[str, Part]] = []  # (heading, file)
         for name in names:
             path = self.workspace / name
             if path.is_file():
                 body = path.read_text(encoding="utf-8", errors="replace").strip()
                 if body:
-                    parts.append(f"## {name}\n\n{body}")
+                    files.append((f"## {name}", Part(name, body)))
         if scope.memory:
-            parts.append(f"# Memory\n\n{self.memory.read_memory().strip()}")
+            memory = Part("memory/MEMORY.md", self.memory.read_memory().strip())
+            files.append(("# Memory", memory))
             note = self.memory.read_daily_note().strip()
             if note:
-                parts.append(f"# Today's note ({self.memory.today().isoformat()})\n\n{note}")
+                day = self.memory.today().isoformat()
+                files.append((f"# Today's note ({day})", Part(f"memory/{day}.md", note)))
+        for heading, part in zip([h for h, _ in files], self._capped(parts, files), strict=True):
+            parts.append(f"{heading}\n\n{part.text}")
         return "\n\n".join(parts) + "\n"
+
+    def _capped(self, head: list[str], files: list[tuple[str, Part]]) -> list[Part]:
+        """The files cut to their share of the budget (whole if there is no budget)."""
+        if self.budget is None:
+            return [part for _, part in files]
+        overhead = self.budget.counter.count("\n\n".join(head))
+        overhead += sum(self.budget.counter.count(heading) for heading, _ in files)
+        return self.budget.cap_parts([part for _, part in files], overhead)
 
     def user_content(self, message: InboundMessage, now: datetime | None = None) -> str:
         """The current message as the model sees it: the runtime block, then the text."""

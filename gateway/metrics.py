@@ -43,13 +43,26 @@ class Metrics:
         self.tokens = Counter("memgate_tokens", "Tokens used, by kind", ["kind"], registry=r)
 
     def watch_consolidation(
-        self, runs: Callable[[], float], failures: Callable[[], float], depth: Callable[[], float]
+        self,
+        runs: Callable[[], float],
+        failures: Callable[[], float],
+        depth: Callable[[], float],
+        backing_off: Callable[[], float] = lambda: 0,
     ) -> None:
         """Expose the consolidator's own counts, read at scrape time."""
         for name, help_text, read in (
             ("memgate_consolidation_runs", "Consolidation runs completed", runs),
-            ("memgate_consolidation_failures", "Failed consolidation calls", failures),
+            (
+                "memgate_consolidation_failures",
+                "Failed consolidation attempts (the model call or any write after it)",
+                failures,
+            ),
             ("memgate_consolidation_queue_depth", "Sessions queued or consolidating", depth),
+            (
+                "memgate_consolidation_backing_off",
+                "Sessions waiting out a backoff after failed consolidations",
+                backing_off,
+            ),
         ):
             Gauge(name, help_text, registry=self.registry).set_function(read)
 

@@ -52,7 +52,7 @@ def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
         channels.append(TelegramChannel(handler, **settings, **shared, state_dir=config.state_dir))
     if discord.enabled:
         settings = discord.model_dump(exclude={"enabled"})
-        channels.append(DiscordChannel(handler, **settings, **shared))
+        channels.append(DiscordChannel(handler, **settings, **shared, state_dir=config.state_dir))
     return channels
 
 

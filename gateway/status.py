@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from gateway.config import Config
+from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore, parse_session_bytes
 
@@ -69,5 +71,26 @@ def describe(config: Config) -> str:
             f"{archival} archived session(s) awaiting consolidation",
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
+            *describe_failures(config),
         ]
     )
+
+
+def describe_failures(config: Config) -> list[str]:
+    """The sessions whose consolidation the running gateway last reported as failing."""
+    failing = read_failure_report(config.state_dir / FAILURE_REPORT)
+    if not failing:
+        return ["consolidation: no failures reported"]
+    lines = [f"consolidation: {len(failing)} session(s) failing, backing off"]
+    for key, entry in sorted(failing.items()):
+        at = entry.get("at")
+        when = (
+            datetime.fromtimestamp(at, config.tz).strftime("%Y-%m-%d %H:%M")
+            if isinstance(at, int | float)
+            else "?"
+        )
+        lines.append(
+            f"  {key}: {entry.get('failures', '?')} failure(s), last at {when}: "
+            f"{entry.get('error', '?')}"
+        )
+    return lines

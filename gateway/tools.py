@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.scope import PathRefusedError, Scope, ScopeGuard
+from memory.errors import MemoryChangedError
 from memory.fileio import atomic_write
 from memory.files import MemoryFiles
 
@@ -138,8 +139,15 @@ class WorkspaceFiles:
             return self._append_history(content)
         if self.guard.same_file(path, self.memory.memory_md):
             return self._write_memory(content)
-        atomic_write(path, content)
+        self._replace(path, content)
         return f"Wrote {len(content)} characters to {self.relative(path)}"
+
+    def _replace(self, path: Path, text: str) -> None:
+        """Write a file; under memory/ (daily notes) through the one memory writer."""
+        if self.guard.same_file(path.parent, self.memory.dir):
+            self.memory.write_file(path, text)
+        else:
+            atomic_write(path, text)
 
     def _write_memory(self, text: str) -> str:
         kept = self.memory.write_memory(text)
@@ -177,9 +185,13 @@ class WorkspaceFiles:
             where = "not found" if count == 0 else f"found {count} times; give more context"
             raise ToolError(f"old_text {where} in {self.relative(path)}")
         if self.guard.same_file(path, self.memory.memory_md):
-            self.memory.write_memory(text.replace(old, new, 1))
+            try:
+                # Compare-and-write: a consolidation that landed since the read is never undone.
+                self.memory.write_memory(text.replace(old, new, 1), expected=text)
+            except MemoryChangedError:
+                raise ToolError("memory/MEMORY.md changed meanwhile; read it again") from None
             return "Edited memory/MEMORY.md (previous text kept in memory/versions/)"
-        atomic_write(path, text.replace(old, new, 1))
+        self._replace(path, text.replace(old, new, 1))
         return f"Edited {self.relative(path)}"
 
     def _list(self, arguments: dict[str, Any]) -> str:

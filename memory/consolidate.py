@@ -1,25 +1,33 @@
-"""Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts (SPEC §4).
+"""Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts.
 
 The reply path only calls `after_turn()` / `after_rotate()`, which enqueue; `memory.workers` workers
-do the model calls. A session has at most one job queued or running, and failure counts are kept per
-session. The model is reached through `SummaryModel`, an interface defined here so this package never
-imports the gateway.
+do the model calls. A session has at most one job queued or running. Every write goes through
+`MemoryFiles`, the one writer: MEMORY.md by compare-and-write (a merge that raced another write is
+asked again), HISTORY.md entries tagged with their chunk so a retry never repeats one. Any failure
+counts against its session, which then backs off (memory/failures.py). Requests are checked
+against the prompt budget, and an oversized MEMORY.md is compacted first (memory/compact.py). The
+model is reached through `SummaryModel`, an interface defined here so this package never imports
+the gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
-import random
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.errors import ModelCallError
+from memory.budget import PromptBudget
+from memory.compact import MemoryCompactor
+from memory.errors import BudgetError, MemoryChangedError, ModelCallError
+from memory.failures import FailureLog
 from memory.files import MemoryFiles
 from memory.sessions import Message, Session, SessionStore
 from memory.tokens import TokenCounter
@@ -32,6 +40,7 @@ SYSTEM_PROMPT = (
 )
 MAX_CHUNKS_PER_RUN = 5
 MAX_FAILURES = 3
+MERGE_ATTEMPTS = 5  # merges asked again in a row when MEMORY.md keeps changing under a call
 RAW_CAP = 8_000  # characters of a [RAW] entry's lines
 TOOL_RESULT_CHARS = 300
 _LINE_OVERHEAD = 8  # tokens a "[YYYY-MM-DD HH:MM] ROLE: " prefix adds to a message
@@ -39,7 +48,7 @@ _STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
 
 
 def save_memory_tool(with_memory: bool) -> dict[str, Any]:
-    """The one tool of a consolidation call; group chats get no memory_update (SPEC §4)."""
+    """The one tool of a consolidation call; group chats get no memory_update."""
     properties: dict[str, Any] = {
         "history_entry": {
             "type": "string",
@@ -92,6 +101,7 @@ class ConsolidationSettings:
     shared_groups: bool = False
     timeout: float = 120.0
     retry_delay: float = 2.0
+    max_retry_delay: float = 600.0  # the backoff after repeated failures stops growing here
     archive_on_new: bool = True
 
 
@@ -124,6 +134,12 @@ class Consolidator:
         model: SummaryModel,
         settings: ConsolidationSettings,
         tz: tzinfo,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        budget: PromptBudget | None = None,
+        compactor: MemoryCompactor | None = None,
+        failure_report: Path | None = None,
     ) -> None:
         self.sessions = sessions
         self.files = files
@@ -131,22 +147,47 @@ class Consolidator:
         self.model = model
         self.settings = settings
         self.tz = tz
+        self.budget = budget or PromptBudget(settings.budget, counter)
+        self.compactor = compactor
+        self._compacting = asyncio.Lock()
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._pending: set[str] = set()
-        self._failures: dict[str, int] = {}
+        self.failures = FailureLog(failure_report)
+        # Archive jobs waiting out a backoff, by job ident.
+        self._retries: dict[str, asyncio.TimerHandle] = {}
+        # How backoff tells and waits out time; a test may pass its own to see the delays.
+        self.clock = clock
+        self.sleep = sleep
         self._running = False
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self.runs = 0
-        self.failures_total = 0
         self.progress: Callable[[str, int, int], None] | None = None
         self._closing = False
         self._changed = asyncio.Condition()
 
     # -- what the reply path calls: enqueue only -----------------------------------------------------
     def after_turn(self, session: Session, system_tokens: int) -> None:
+        if self.backing_off(session.key):
+            return  # a failing write path is not paid for on every turn
         self.enqueue(Job(session.key, session.key, system_tokens=system_tokens))
+
+    def backing_off(self, key: str) -> bool:
+        """True while `key` waits out the backoff after a failed consolidation."""
+        return self.failures.backing_off(key, self.clock())
+
+    @property
+    def sessions_backing_off(self) -> int:
+        return self.failures.waiting(self.clock())
+
+    @property
+    def failures_total(self) -> int:
+        return self.failures.total
+
+    def failures_of(self, key: str) -> int:
+        """Consolidation failures of `key` since its last success."""
+        return self.failures.count(key)
 
     def after_rotate(self, key: str, archived: Path) -> None:
         if self.settings.archive_on_new:
@@ -207,10 +248,24 @@ class Consolidator:
                 self._pending.discard(job.ident)
                 if again:
                     self.enqueue(job)
-                elif not self._pending:
+                elif job.archived is not None and self.backing_off(job.key):
+                    self._retry_later(job)
+                if not self._pending:
                     self._idle.set()
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _retry_later(self, job: Job) -> None:
+        """Queue an archive's job again when its backoff ends: no new turn will ever bring it
+        back (a live session's next turn does, once its backoff is over)."""
+        delay = max(0.0, self.failures.retry_at(job.key) - self.clock())
+        loop = asyncio.get_running_loop()
+        self._retries[job.ident] = loop.call_later(delay, self._retry_due, job)
+
+    def _retry_due(self, job: Job) -> None:
+        self._retries.pop(job.ident, None)
+        if not self._closing:
+            self.enqueue(job)
 
     async def wait_idle(self) -> None:
         """Wait until nothing is queued or running (tests, the CLI)."""
@@ -219,6 +274,9 @@ class Consolidator:
     async def drain(self, grace: float) -> bool:
         """Start no new job and give running ones `grace` seconds; True if they all finished."""
         self._closing = True
+        for handle in self._retries.values():
+            handle.cancel()
+        self._retries.clear()
         try:
             async with asyncio.timeout(grace), self._changed:
                 await self._changed.wait_for(lambda: self._active == 0)
@@ -236,6 +294,8 @@ class Consolidator:
             session = await self.sessions.open_archived(job.archived)
         else:
             session = await self.sessions.get(job.key)
+        if not await self._compact(session):
+            return False
         async with session.consolidating:
             end = await asyncio.to_thread(self._target, session, job)
             if end is None:
@@ -322,57 +382,90 @@ class Consolidator:
         return chunks
 
     async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:
+        """Consolidate one chunk, retrying with backoff; False if it must wait for a later job.
+
+        Any failure on the way (the model call, HISTORY.md, MEMORY.md, the session marker) counts
+        against this session and grows its backoff. After MAX_FAILURES attempts the chunk goes to
+        HISTORY.md raw; if even that fails, the session backs off (no job is queued for it until
+        then) and the next job starts over, model call first, from the same pointer.
+        """
         chunk = session.messages[start:stop]
-        with_memory = not session.group or self.settings.shared_groups
+        entry_id = _entry_id(session, start, stop)
+        attempts = 0  # of this job; the session's count (for the backoff) may be higher
         while True:
-            failures = self._failures.get(session.key, 0)
+            raw = attempts >= MAX_FAILURES
+            attempts += 1
             try:
-                saved = await self._save(chunk, with_memory)
-            except ModelCallError as exc:
-                failures += 1
-                self._failures[session.key] = failures
-                self.failures_total += 1
-                log.warning(
-                    "consolidation call failed session=%s attempt=%d error=%s",
-                    session.key,
-                    failures,
-                    exc,
-                )
-                if failures >= MAX_FAILURES:
-                    await self._write_raw(session, chunk, stop)
-                    self._failures.pop(session.key, None)
-                    return True
-                await asyncio.sleep(
-                    self.settings.retry_delay * 2 ** (failures - 1) * random.uniform(0.8, 1.2)
-                )
+                if raw:
+                    await self._write_raw(session, chunk, stop, entry_id)
+                else:
+                    await self._commit(session, chunk, stop, entry_id)
+            except (ModelCallError, MemoryChangedError, BudgetError, OSError) as exc:
+                delay = self._failed(session.key, exc)
+                if raw:
+                    return False  # even the raw copy failed: back off until a later job
+                await self.sleep(delay)
                 continue
-            self._failures.pop(session.key, None)
-            history_entry, memory_update = saved
-            history_entry = self._stamped(history_entry, chunk)
-            await self.files.aappend_history(history_entry)
-            if memory_update is not None:
-                await asyncio.to_thread(self._write_memory, memory_update)
-            await self.sessions.mark_consolidated(session, stop)
+            self.failures.clear(session.key, self.clock())
             return True
 
-    async def _save(self, chunk: list[Message], with_memory: bool) -> tuple[str, str | None]:
-        """One consolidation: ask, validate, and redo it if MEMORY.md changed meanwhile.
+    async def _compact(self, session: Session) -> bool:
+        """Compact an oversized MEMORY.md before it goes into a prompt; False on failure."""
+        with_memory = not session.group or self.settings.shared_groups
+        if self.compactor is None or not with_memory:
+            return True
+        async with self._compacting:  # one compaction at a time; the next finds it done
+            try:
+                await self.compactor.compact_if_needed()
+            except (ModelCallError, MemoryChangedError, OSError) as exc:
+                self._failed(session.key, exc)
+                return False
+        return True
 
-        An edit to MEMORY.md during the call (by the agent's tools or a person) would be lost if
-        we wrote the model's text over it, so the merge is redone against the new text; after
-        two such redos the model's memory_update is dropped (the chunk still reaches HISTORY.md)
-        rather than overwrite the edit.
+    def _failed(self, key: str, exc: BaseException) -> float:
+        """Count a failure against `key`; return the backoff before its next attempt."""
+        error = f"{type(exc).__name__}: {exc}"
+        delay = self.failures.record(
+            key,
+            error,
+            self.clock(),
+            first=self.settings.retry_delay,
+            cap=self.settings.max_retry_delay,
+        )
+        log.warning(
+            "consolidation failed session=%s attempt=%d retry_in=%.1fs error=%s",
+            key,
+            self.failures.count(key),
+            delay,
+            error,
+        )
+        return delay
+
+    async def _commit(
+        self, session: Session, chunk: list[Message], stop: int, entry_id: str
+    ) -> None:
+        """Ask the model, then write HISTORY.md, MEMORY.md and the marker, in that order.
+
+        HISTORY.md is tagged with `entry_id`, so a retry after a failure further on does not
+        append the entry twice. MEMORY.md is written only if it still holds the text the model
+        merged into; if it changed meanwhile, the merge is asked again against the new text.
         """
-        for _ in range(3):
+        with_memory = not session.group or self.settings.shared_groups
+        for _ in range(MERGE_ATTEMPTS):
             before = await self.files.aread_memory() if with_memory else ""
             history_entry, memory_update = await self._ask(chunk, before, with_memory)
+            await self.files.aappend_history(self._stamped(history_entry, chunk), entry_id=entry_id)
             if not with_memory:
-                return history_entry, None
-            if await self.files.aread_memory() == before:
-                return history_entry, memory_update
-            log.info("MEMORY.md changed during consolidation; merging again")
-        log.warning("MEMORY.md kept changing; keeping its text and writing only HISTORY.md")
-        return history_entry, None
+                break
+            try:
+                await asyncio.to_thread(self._write_memory, memory_update, before)
+            except MemoryChangedError:
+                log.info("MEMORY.md changed during consolidation; merging again")
+                continue
+            break
+        else:
+            raise MemoryChangedError(f"MEMORY.md changed during {MERGE_ATTEMPTS} merges in a row")
+        await self.sessions.mark_consolidated(session, stop)
 
     async def _ask(
         self, chunk: list[Message], memory_text: str, with_memory: bool
@@ -387,6 +480,9 @@ class Consolidator:
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": "\n\n".join(parts)},
         ]
+        needed = await asyncio.to_thread(self.budget.size, messages, [tool])
+        if needed > self.budget.limit:
+            raise BudgetError(needed, self.budget.limit)
         try:
             async with asyncio.timeout(self.settings.timeout):
                 try:
@@ -400,8 +496,7 @@ class Consolidator:
             raise ModelCallError(f"no answer within {self.settings.timeout:.0f}s") from exc
         return _validate(arguments, with_memory)
 
-    def _write_memory(self, text: str) -> None:
-        previous = self.files.read_memory()
+    def _write_memory(self, text: str, previous: str) -> None:
         if len(previous) > 1000 and len(text) < len(previous) / 2:
             log.warning(
                 "memory_update drops more than half of MEMORY.md (%d -> %d chars); "
@@ -409,19 +504,23 @@ class Consolidator:
                 len(previous),
                 len(text),
             )
-        self.files.write_memory(text if text.endswith("\n") else text + "\n")
+        self.files.write_memory(text if text.endswith("\n") else text + "\n", expected=previous)
 
-    async def _write_raw(self, session: Session, chunk: list[Message], stop: int) -> None:
+    async def _write_raw(
+        self, session: Session, chunk: list[Message], stop: int, entry_id: str
+    ) -> None:
         """After repeated failures, keep the chunk verbatim so nothing is lost, and move on."""
         body = "\n".join(self._format(m, shorten=False) for m in chunk)
         if len(body) > RAW_CAP:
             body = body[:RAW_CAP] + f"\n[... {len(body) - RAW_CAP} characters truncated]"
         stamp = self._stamp(chunk)
-        await self.files.aappend_history(f"{stamp} [RAW] {len(chunk)} messages\n{body}")
+        await self.files.aappend_history(
+            f"{stamp} [RAW] {len(chunk)} messages\n{body}", entry_id=entry_id
+        )
         await self.sessions.mark_consolidated(session, stop)
         log.error(
             "consolidation failed %d times; chunk archived raw session=%s messages=%d",
-            MAX_FAILURES,
+            self.failures.count(session.key),
             session.key,
             len(chunk),
         )
@@ -473,6 +572,12 @@ def _validate(arguments: Any, with_memory: bool) -> tuple[str, str]:
     if with_memory and (not isinstance(memory_update, str) or not memory_update.strip()):
         raise ModelCallError("save_memory: memory_update is missing or empty")
     return history_entry, memory_update or ""
+
+
+def _entry_id(session: Session, start: int, stop: int) -> str:
+    """A name for one chunk of one conversation, the same on every retry of its job."""
+    origin = f"{session.key}\0{session.created_at}\0{start}\0{stop}"
+    return hashlib.sha256(origin.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _user_boundary(messages: list[Message], index: int, floor: int) -> int:

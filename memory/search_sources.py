@@ -23,6 +23,8 @@ MAX_CHUNK_CHARS = 2_000  # a longer paragraph or section is indexed in pieces, e
 MAX_MESSAGE_CHARS = 20_000  # the rest of a huge message is not worth indexing
 _NOTE_NAME = re.compile(r"(\d{4})-(\d{2})-(\d{2})\.md")
 _STAMP = re.compile(r"\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})\]")
+# The job tag consolidation puts under a HISTORY.md entry: bookkeeping, not something to find.
+_ENTRY_TAG = re.compile(r"^<!-- memgate:[0-9a-f]+ -->$")
 _HEADING = re.compile(r"#{1,2} ")
 
 
@@ -218,7 +220,9 @@ def _history(lines: list[_Line], start: Cursor, tz: tzinfo) -> tuple[list[Entry]
     for block in blocks:
         resume = Cursor(block[0].offset, block[0].number, ts)
         ts = _stamp(block[0].text, tz) or ts
-        entries.extend(_chunks(block, "history", ts))
+        text_lines = [line for line in block if not _ENTRY_TAG.match(line.text)]
+        if text_lines:
+            entries.extend(_chunks(text_lines, "history", ts))
     finished = [line for line in lines if line.complete]
     if (
         finished

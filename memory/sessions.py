@@ -1,8 +1,9 @@
-"""The session store: one append-only JSONL file per conversation (SPEC §3).
+"""The session store: one append-only JSONL file per conversation.
 
-A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Loading
-tolerates a torn last line (dropped, then cut off before the next append) and corrupt lines in the
-middle (skipped with a warning). Sessions are cached with a bound; a session still referenced by a
+A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Each append
+is one write and one fsync, whatever the number of lines. Loading tolerates a torn last line
+(dropped, then cut off before the next append), corrupt lines in the middle and messages of the
+wrong shape (each skipped with a warning). Sessions are cached with a bound; a session still referenced by a
 running turn or job is never loaded twice.
 """
 
@@ -21,7 +22,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.fileio import ensure_private_dir
+from memory.fileio import FILE_MODE, ensure_private_dir, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ _ESCAPE = re.compile(r"%([0-9A-F]{2})")
 SUFFIX = ".jsonl"
 # Fields of a stored message that the model sees; the rest (timestamp, sender) are ours.
 _WIRE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+_ROLES = ("system", "user", "assistant", "tool")
 
 
 def file_name(key: str) -> str:
@@ -98,12 +100,53 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
                 last_consolidated = pointer
-        elif isinstance(record.get("role"), str):
-            messages.append(record)
+        elif "role" in record:
+            if well_formed(record):
+                messages.append(record)
+            else:
+                # Valid JSON of the wrong shape costs only itself, like an unparseable line.
+                log.warning("skipping malformed message file=%s line=%d", origin, number)
         else:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
     return Loaded(
         messages, min(last_consolidated, len(messages)), created_at, group, end, torn, key
+    )
+
+
+def well_formed(record: dict[str, Any]) -> bool:
+    """True if a stored message has the shape the model's API takes (role, content, tool calls)."""
+    role = record.get("role")
+    if role not in _ROLES:
+        return False
+    content = record.get("content")
+    if not _content_shaped(content):
+        return False
+    calls = record.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            return False
+        for call in calls:
+            if not isinstance(call, dict):
+                return False
+            function = call.get("function")
+            if not (
+                isinstance(call.get("id"), str)
+                and isinstance(function, dict)
+                and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", ""), str)
+            ):
+                return False
+    if role == "tool" and not isinstance(record.get("tool_call_id"), str):
+        return False
+    return not (role in ("user", "tool") and content is None)
+
+
+def _content_shaped(content: Any) -> bool:
+    """Text, nothing, or a list of typed parts (text and images), as the chat API takes it."""
+    if content is None or isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(part, dict) and isinstance(part.get("type"), str) for part in content
     )
 
 
@@ -118,7 +161,7 @@ def _read(path: Path) -> Loaded:
 def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
     ensure_private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     try:
         if cut_at is not None:
             os.ftruncate(fd, cut_at)
@@ -133,9 +176,29 @@ def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
             # glued onto: take the partial bytes back before reporting the error.
             os.ftruncate(fd, before)
             raise
+        # The lines of one append (a turn's messages, a marker) share this one fsync.
+        os.fsync(fd)
         return os.fstat(fd).st_size
     finally:
         os.close(fd)
+
+
+def _move_to_archive(path: Path, archive: Path, stem: str, stamp: str) -> Path:
+    """Move a session file under a name in `archive` that nobody holds (claimed by a hard link)."""
+    ensure_private_dir(archive)
+    serial = 1
+    while True:
+        suffix = "" if serial == 1 else f"-{serial}"
+        target = archive / f"{stem}.{stamp}{suffix}{SUFFIX}"
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            serial += 1
+            continue
+        os.unlink(path)
+        fsync_dir(archive)
+        fsync_dir(path.parent)
+        return target
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -282,13 +345,9 @@ class SessionStore:
                 return None
             stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
             stem = file_name(key)[: -len(SUFFIX)]
-            ensure_private_dir(self.archive)
-            target = self.archive / f"{stem}.{stamp}{SUFFIX}"
-            serial = 1
-            while target.exists():
-                serial += 1
-                target = self.archive / f"{stem}.{stamp}-{serial}{SUFFIX}"
-            await asyncio.to_thread(os.replace, session.path, target)
+            target = await asyncio.to_thread(
+                _move_to_archive, session.path, self.archive, stem, stamp
+            )
             # Anyone still holding the old object (a running consolidation) now appends to the
             # archived file, and archival finds the same object, so the two never overlap.
             session.path = target

@@ -24,6 +24,7 @@ import tiktoken
 import tiktoken.model
 
 from memory.errors import TokenizerError
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,8 @@ def seed_cache(name: str) -> Path | None:
         log.warning("bundled vocabulary has the wrong sha256, ignored encoding=%s", name)
         return None
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        # tiktoken's cache is shared with other programs: keep its usual readable mode.
+        atomic_write(target, data, mode=0o644)
     except OSError as exc:
         log.warning("cannot write tiktoken cache dir=%s error=%s", cache_dir, exc)
         return None
@@ -134,6 +133,16 @@ class TokenCounter:
         if len(text) <= _INLINE_LIMIT:
             return self.count(text)
         return await asyncio.to_thread(self.count, text)
+
+    def truncate(self, text: str, tokens: int) -> str:
+        """The longest start of `text` that is at most `tokens` tokens."""
+        if tokens <= 0:
+            return ""
+        encoded = self._encoding.encode(text, disallowed_special=())
+        if len(encoded) <= tokens:
+            return text
+        # Decoding a token prefix can end inside a character; drop what does not decode.
+        return self._encoding.decode_bytes(encoded[:tokens]).decode("utf-8", errors="ignore")
 
     def count_message(self, message: dict[str, Any]) -> int:
         """Tokens one chat message adds to a prompt (content, tool calls, overhead)."""

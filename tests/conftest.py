@@ -124,3 +124,18 @@ def inbound(text: str, chat_id: str = "42", channel: str = "test", **fields: Any
         text=text,
         **fields,
     )
+
+
+class ManualClock:
+    """Time that moves only when the consolidator waits (or the test says so)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.waits.append(delay)
+        self.now += delay

@@ -31,8 +31,12 @@ def conversation_lines(request: dict) -> list[str]:
     return [line for line in chunk.splitlines() if STAMP.match(line)]
 
 
+TAG = re.compile(r"\n<!-- memgate:[0-9a-f]{16} -->$")
+
+
 def history_entries(runtime: Runtime) -> list[str]:
-    return [e for e in runtime.memory.read_history().split("\n\n") if e.strip()]
+    """HISTORY.md's entries without the job tag consolidation adds under each."""
+    return [TAG.sub("", e) for e in runtime.memory.read_history().split("\n\n") if e.strip()]
 
 
 def markers(path: Path) -> list[int]:

@@ -19,6 +19,8 @@ from memory.sessions import (
     legal_messages,
     parse_session_bytes,
 )
+from tests.conftest import RuntimeFactory, inbound
+from tests.fakes.llm import FakeLLM
 
 
 class CharCounter:
@@ -149,3 +151,37 @@ async def test_history_window_trims_oldest_first(tmp_path: Path) -> None:
     assert [m["content"] for m in window] == ["u7", "a", "u8", "a", "u9", "a"]
     capped = history_window(session, CharCounter(), available=10_000, max_messages=4)
     assert [m["content"] for m in capped] == ["u8", "a", "u9", "a"]
+
+
+MALFORMED = [
+    '{"role":"assistant","content":"","tool_calls":[1]}',
+    '{"role":"assistant","content":"","tool_calls":"abc"}',
+    '{"role":"user","content":{"text":"an object, not text"}}',
+]
+
+
+@pytest.mark.parametrize("line", MALFORMED)
+async def test_a_malformed_record_costs_only_itself(
+    line: str,
+    tmp_path: Path,
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A valid-JSON message of the wrong shape is skipped with a warning; the chat goes on."""
+    sessions = tmp_path / "workspace" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / file_name("test:42")).write_text(
+        '{"role":"user","content":"before","timestamp":"2026-01-01T10:00:00+00:00"}\n'
+        f"{line}\n"
+        '{"role":"assistant","content":"after","timestamp":"2026-01-01T10:00:01+00:00"}\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="memory.sessions"):
+        async with make_runtime() as runtime:
+            reply = await runtime.agent.handle(inbound("still there?"))
+            assert reply is not None and reply.text == "echo: still there?"
+            status = await runtime.agent.handle(inbound("/status"))
+            assert status is not None and "Messages: 4" in status.text
+    assert any("skipping malformed message" in r.getMessage() for r in caplog.records)
+    sent = fake_llm.chat_requests()[-1]["messages"]
+    assert [m.get("content") for m in sent[1:3]] == ["before", "after"]

@@ -804,6 +804,23 @@ async def test_a_photo_reaches_the_llm_as_a_media_path(
     assert "media/telegram/42/AQADph.jpg" in asked and "what is it?" in asked
 
 
+async def test_an_attachment_that_cannot_be_saved_keeps_its_caption(
+    fake: FakeTelegram, tmp_path: Path, runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """Saving the photo fails (OSError): the caption is stored with a note and answered."""
+    workspace = runtime.config.workspace
+    (workspace / "media").mkdir(exist_ok=True)
+    (workspace / "media" / "telegram").write_text("a file where a folder should be")
+    photo = fake.add_file(b"\xff\xd8jpeg", file_id="ph", unique_id="AQADph", path="photos/f.jpg")
+    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    async with running(channel):
+        fake.message(None, caption="what is it?", photo=[{**photo, "width": 8, "height": 8}])
+        [sent] = await fake.wait_sent(1)
+    assert sent["text"] == "echo: [image: could not be saved]\nwhat is it?"
+    session = await runtime.sessions.get("telegram:42")
+    assert session.messages[0]["content"] == "[image: could not be saved]\nwhat is it?"
+
+
 # -- webhook mode ---------------------------------------------------------------------------------
 
 

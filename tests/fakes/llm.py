@@ -53,6 +53,22 @@ def is_consolidation(body: dict[str, Any]) -> bool:
     return any(t.get("function", {}).get("name") == "save_memory" for t in body.get("tools") or [])
 
 
+def is_compaction(body: dict[str, Any]) -> bool:
+    """True for a MEMORY.md compaction call (it offers the compact_memory tool)."""
+    tools = body.get("tools") or []
+    return any(t.get("function", {}).get("name") == "compact_memory" for t in tools)
+
+
+def compaction_reply(body: dict[str, Any]) -> Reply:
+    """A compact_memory call that drops repeated lines of its part and keeps every other line."""
+    part = last_user_text(body).partition("## Part of MEMORY.md to compact\n\n")[2]
+    kept: list[str] = []
+    for line in part.splitlines():
+        if not line.strip() or line not in kept:
+            kept.append(line)
+    return tool_call("compact_memory", {"text": "\n".join(kept) + "\n"})
+
+
 def last_user_text(body: dict[str, Any]) -> str:
     """The last user message's text, without memgate's runtime block."""
     for message in reversed(body.get("messages", [])):
@@ -140,9 +156,12 @@ def embed_text(text: str) -> list[float]:
 
 @dataclass
 class Step:
-    """One scripted answer; `hold` keeps the request open until the event is set."""
+    """One scripted answer; `hold` keeps the request open until the event is set.
 
-    reply: Reply
+    `reply` may be a function of the request body, called once the hold is released.
+    """
+
+    reply: Reply | Callable[[dict[str, Any]], Reply]
     delay: float = 0.0
     hold: asyncio.Event | None = None
     match: Callable[[dict[str, Any]], bool] | None = None
@@ -168,7 +187,7 @@ class FakeLLM:
     # -- scripting ---------------------------------------------------------------------------------
     def push(
         self,
-        reply: Reply,
+        reply: Reply | Callable[[dict[str, Any]], Reply],
         *,
         delay: float = 0.0,
         hold: asyncio.Event | None = None,
@@ -178,7 +197,7 @@ class FakeLLM:
         self.steps.append(Step(reply, delay, hold, match))
 
     def chat_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if not is_consolidation(r)]
+        return [r for r in self.requests if not is_consolidation(r) and not is_compaction(r)]
 
     def consolidation_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if is_consolidation(r)]
@@ -228,6 +247,8 @@ class FakeLLM:
                     reply = consolidation_reply(body)
                 elif is_text_consolidation(body):
                     reply = text_consolidation_reply(body)
+                elif is_compaction(body):
+                    reply = compaction_reply(body)
                 else:
                     reply = text(f"echo: {last_user_text(body)}")
                 delay, hold = self.delay, None
@@ -237,6 +258,8 @@ class FakeLLM:
                 await asyncio.sleep(delay)
             if hold is not None:
                 await hold.wait()
+            if callable(reply):
+                reply = reply(body)
             return await self._respond(request, body, reply)
         finally:
             self.in_flight -= 1

@@ -21,7 +21,7 @@ import pytest
 from gateway.app import open_runtime
 from memory.files import MEMORY_TEMPLATE
 from memory.sessions import parse_session_bytes
-from tests.conftest import build_config, inbound
+from tests.conftest import ManualClock, build_config, inbound
 from tests.fakes.llm import FakeLLM, is_consolidation, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.conftest import GatewayFactory
@@ -123,7 +123,7 @@ async def test_a_full_disk_fails_the_turn_clearly_and_damages_nothing(
 async def test_consolidation_on_a_full_disk_moves_nothing_and_resumes(
     fake_llm: FakeLLM, small_disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A consolidation hitting ENOSPC changes nothing, is logged and later succeeds."""
+    """A consolidation hitting ENOSPC changes nothing, is logged, backs off and later succeeds."""
     release = asyncio.Event()
     saved = {
         "history_entry": "[2026-01-01 00:00] The user sent two long lines of y.",
@@ -136,16 +136,20 @@ async def test_consolidation_on_a_full_disk_moves_nothing_and_resumes(
         for number in range(2):
             await runtime.agent.handle(inbound(f"turn {number} " + "y" * BIGGER_THAN_A_PAGE))
         await fake_llm.wait_for_requests(1, kind="consolidation", within=20)
+        clock = ManualClock()  # the backoff's waits pass at once, and are recorded
+        runtime.consolidator.clock, runtime.consolidator.sleep = clock, clock.sleep
         filler = Filler(small_disk / "filler")
         release.set()
         await runtime.consolidator.wait_idle()
         session = await runtime.sessions.get("test:42")
         assert session.last_consolidated == 0
         assert runtime.memory.read_memory() == MEMORY_TEMPLATE
-        assert "consolidation job failed session=test:42" in caplog.text
+        assert "consolidation failed session=test:42" in caplog.text
         assert "No space left on device" in caplog.text
+        assert runtime.consolidator.backing_off("test:42") and clock.waits
 
         filler.free()
+        clock.now += runtime.consolidator.settings.max_retry_delay * 2
         await runtime.agent.handle(inbound("turn 2"))
         await runtime.consolidator.wait_idle()
         assert session.last_consolidated > 0

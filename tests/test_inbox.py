@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import channels.telegram_inbox
-from channels.telegram_inbox import Inbox
+import channels.inbox
+from channels.inbox import Inbox
 
 
 def update(update_id: int, text: str = "hi") -> dict[str, object]:
@@ -101,7 +101,7 @@ def test_an_idle_journal_past_the_limit_is_emptied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once nothing is pending and the file passed TRUNCATE_AT, it starts over; later lines count."""
-    monkeypatch.setattr(channels.telegram_inbox, "TRUNCATE_AT", 200)
+    monkeypatch.setattr(channels.inbox, "TRUNCATE_AT", 200)
     path = tmp_path / "inbox.jsonl"
     inbox = Inbox(path)
     inbox.open()

@@ -1,13 +1,16 @@
-"""The Telegram channel's inbox: a write-ahead journal of received updates, so that a process killed
-between receiving a message and storing it loses nothing.
+"""A channel's inbox: a write-ahead journal of received messages, so that a process killed between
+receiving a message and answering it loses nothing (Telegram's updates, Discord's messages).
 
-Stdlib only: it imports neither the Telegram SDK nor anything of ours.
+It imports no chat SDK, and of ours only memory.fileio.
 
 The file holds one JSON object per line, each appended with a single `os.write` on an O_APPEND
-descriptor: `{"update": {...}}` when an update arrives (its Bot API JSON), `{"done": update_id}` once
-it has been handled or refused. Lines are not fsynced: they survive a killed process, whose writes
-the kernel already holds, not a power cut. At start `open()` returns the updates without a done
-line, oldest first, and rewrites the file with only those.
+descriptor: `{"update": {...}}` when an entry arrives (a JSON object whose `id_field` is an integer
+that grows with arrival, such as Telegram's update_id or a Discord snowflake), `{"done": id}` once
+it has been handled or refused. Arrivals are fsynced by group commit: the first `append` of an
+event-loop iteration schedules one fsync at the end of that iteration, covering every line written
+in it (outside a loop, each append is synced at once). A done line is not synced: losing one costs
+a replay, which the agent recognises. At start `open()` returns the entries without a done line,
+oldest first, and rewrites the file with only those.
 
 Nothing is ever dropped for having been replayed often: under load, or while something else
 makes the service crash and restart, a message may wait through many starts. A message that
@@ -16,15 +19,15 @@ itself kills the process would come back at every start; its line can be deleted
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from memory.fileio import ensure_private_dir
+from memory.fileio import FILE_MODE, atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +36,18 @@ TRUNCATE_AT = 1 << 20  # bytes: a journal this large is emptied whenever nothing
 
 
 class Inbox:
-    """The journal of one bot's updates: `open()` once, then `append` and `finish` each update."""
+    """The journal of one bot's entries: `open()` once, then `append` and `finish` each entry."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, id_field: str = "update_id", label: str = "telegram") -> None:
         self.path = Path(path)
+        self.id_field = id_field
+        self.label = label  # names the channel in log lines
         self._fd: int | None = None
         self._pending: set[int] = set()
         self._size = 0
         self._torn = False  # the last write was cut short: the next line starts on a new one
+        self._sync_scheduled = False
+        self.syncs = 0  # fsyncs done, for the benchmark's figure
 
     def open(self) -> list[Json]:
         """Read the journal, compact it to the unfinished updates and open it for appending.
@@ -52,13 +59,14 @@ class Inbox:
         kept = [update for _, update in sorted(self._read().items())]
         ensure_private_dir(self.path.parent)
         self._rewrite(kept)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._size = os.fstat(self._fd).st_size
-        self._pending = {int(update["update_id"]) for update in kept}
+        self._pending = {int(update[self.id_field]) for update in kept}
         return kept
 
     def close(self) -> None:
         if self._fd is not None:
+            self.sync()
             os.close(self._fd)
             self._fd = None
 
@@ -68,8 +76,31 @@ class Inbox:
 
     def append(self, update: Json) -> None:
         """Journal a received update, before anything acts on it."""
-        self._pending.add(int(update["update_id"]))
+        self._pending.add(int(update[self.id_field]))
         self._write({"update": update})
+        self._schedule_sync()
+
+    def _schedule_sync(self) -> None:
+        if self._sync_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.sync()
+            return
+        self._sync_scheduled = True
+        loop.call_soon(self.sync)
+
+    def sync(self) -> None:
+        """Flush the lines written so far to the disk (one fsync for all of them)."""
+        self._sync_scheduled = False
+        if self._fd is None:
+            return
+        try:
+            os.fsync(self._fd)
+            self.syncs += 1
+        except OSError as exc:
+            log.warning("%s inbox could not sync path=%s error=%s", self.label, self.path, exc)
 
     def finish(self, update_id: int) -> None:
         """The update needs no replay: handled, refused or ignored. Repeats are no-ops."""
@@ -83,7 +114,9 @@ class Inbox:
                 os.ftruncate(self._fd, 0)
                 self._size = 0
             except OSError as exc:
-                log.warning("telegram inbox could not truncate path=%s error=%s", self.path, exc)
+                log.warning(
+                    "%s inbox could not truncate path=%s error=%s", self.label, self.path, exc
+                )
 
     # -- the file ---------------------------------------------------------------------------------
     def _write(self, record: Json) -> None:
@@ -96,12 +129,12 @@ class Inbox:
         try:
             written = os.write(self._fd, line)
         except OSError as exc:
-            log.warning("telegram inbox could not write path=%s error=%s", self.path, exc)
+            log.warning("%s inbox could not write path=%s error=%s", self.label, self.path, exc)
             return
         self._size += written
         self._torn = written < len(line)
         if self._torn:
-            log.warning("telegram inbox write cut short path=%s", self.path)
+            log.warning("%s inbox write cut short path=%s", self.label, self.path)
 
     def _read(self) -> dict[int, Json]:
         """The unfinished updates by id."""
@@ -119,11 +152,14 @@ class Inbox:
                     entries.pop(int(record["done"]), None)
                 else:
                     update = record["update"]
-                    entries[int(update["update_id"])] = update
+                    entries[int(update[self.id_field])] = update
             except (ValueError, KeyError, TypeError):
                 # A line torn by a kill or a full disk: what it held is lost, the rest is not.
                 log.warning(
-                    "telegram inbox skipping an unreadable line path=%s line=%d", self.path, number
+                    "%s inbox skipping an unreadable line path=%s line=%d",
+                    self.label,
+                    self.path,
+                    number,
                 )
         return entries
 
@@ -134,16 +170,4 @@ class Inbox:
                 os.truncate(self.path, 0)
             return
         lines = [json.dumps({"update": update}, separators=(",", ":")) + "\n" for update in kept]
-        fd, tmp = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as file:
-                file.writelines(lines)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(self.path, "".join(lines))

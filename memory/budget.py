@@ -1,0 +1,170 @@
+"""The prompt budget: the one place that decides whether a request fits the model, and makes it fit.
+
+The agent asks it before every provider call of a turn, the consolidator before every
+consolidation call, and the prompt builder for the share each fixed file (bootstrap files,
+MEMORY.md, today's note) may take. Counting uses the same `TokenCounter` as everything else, so
+the figure checked here is the figure a request carries. Imports nothing of the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory.errors import BudgetError
+from memory.sessions import legal_messages
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+# Room kept for the marker that replaces what was cut (its own tokens, counted generously).
+_MARKER_TOKENS = 40
+_COUNT_CACHE = 4096  # message texts whose count is remembered
+
+
+class Counter(Protocol):
+    """What the budget needs from a tokenizer."""
+
+    def count(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+    def count_tools(self, tools: list[dict[str, Any]]) -> int: ...
+
+    def truncate(self, text: str, tokens: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class Part:
+    """A named text of the fixed prompt (a bootstrap file, MEMORY.md, the daily note)."""
+
+    name: str
+    text: str
+
+
+class PromptBudget:
+    """`limit` tokens for a whole request; `fixed_share` of it for the files of the system prompt."""
+
+    def __init__(self, limit: int, counter: Counter, fixed_share: float = 0.5) -> None:
+        if limit <= 0:
+            raise ValueError(f"budget must be positive, got {limit}")
+        self.limit = limit
+        self.counter = counter
+        self.fixed_share = fixed_share
+        # Counts by message text: the system prompt and the history are the same strings on
+        # every call of a turn (and of the next turns), so each is tokenized once.
+        self._counts: dict[tuple[str, str], int] = {}
+
+    # -- the whole request -----------------------------------------------------------------------
+    def size(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """Tokens of a request: every message plus the tool schemas."""
+        total = sum(self._count(m) for m in messages)
+        return total + (self.counter.count_tools(tools) if tools else 0)
+
+    def _count(self, message: Message) -> int:
+        content = message.get("content")
+        if not isinstance(content, str) or message.get("tool_calls"):
+            return self.counter.count_message(message)
+        key = (str(message.get("role")), content)
+        count = self._counts.get(key)
+        if count is None:
+            if len(self._counts) >= _COUNT_CACHE:
+                self._counts.clear()
+            count = self._counts[key] = self.counter.count_message(message)
+        return count
+
+    def fit(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, current: int
+    ) -> list[Message]:
+        """A copy of `messages` that fits the limit; raise BudgetError if nothing makes it fit.
+
+        `messages[0]` is the system prompt and `messages[current]` the message this turn answers;
+        both stay. Older history (between them) goes first, oldest first and never leaving a tool
+        result without its call; then tool results of this turn are cut, largest first, each with
+        a marker saying how much was cut.
+        """
+        if self.size(messages, tools) <= self.limit:
+            return messages
+        head, history, turn = messages[:1], messages[1:current], messages[current:]
+        fixed = self.size(head + turn, tools)
+        while history and fixed + self.size(history) > self.limit:
+            history = legal_messages(history[1:])
+        if fixed + self.size(history) <= self.limit:
+            return head + history + turn
+        turn = self._cut_tool_results(turn, excess=self.size(head + turn, tools) - self.limit)
+        fitted = head + turn
+        used = self.size(fitted, tools)
+        if used > self.limit:
+            raise BudgetError(used, self.limit)
+        return fitted
+
+    def _cut_tool_results(self, turn: list[Message], excess: int) -> list[Message]:
+        turn = list(turn)
+        sizes = sorted(
+            (
+                (self.counter.count(m["content"]), index)
+                for index, m in enumerate(turn)
+                if m.get("role") == "tool" and isinstance(m.get("content"), str)
+            ),
+            reverse=True,
+        )
+        for tokens, index in sizes:
+            if excess <= 0:
+                break
+            keep = max(0, tokens - excess - _MARKER_TOKENS)
+            content = turn[index]["content"]
+            kept = self.counter.truncate(content, keep)
+            marker = (
+                f"\n[... memgate cut this tool result to fit the model's context: "
+                f"{len(content) - len(kept)} of {len(content)} characters not shown]"
+            )
+            turn[index] = {**turn[index], "content": kept + marker}
+            excess -= tokens - self.counter.count(turn[index]["content"])
+        return turn
+
+    # -- the fixed parts of the system prompt ---------------------------------------------------
+    def cap_parts(self, parts: list[Part], overhead: int = 0) -> list[Part]:
+        """Cut the parts that are over their share, each with a marker and a warning naming it.
+
+        The fixed files together get `fixed_share` of the limit, less `overhead` (text around
+        them); a file smaller than an even split keeps all of it and leaves the rest to the others.
+        """
+        room = max(0, int(self.limit * self.fixed_share) - overhead)
+        sizes = {part.name: self.counter.count(part.text) for part in parts}
+        shares = allocate(sizes, room)
+        capped = []
+        for part in parts:
+            share, size = shares[part.name], sizes[part.name]
+            if size <= share:
+                capped.append(part)
+                continue
+            kept = self.counter.truncate(part.text, max(0, share - _MARKER_TOKENS))
+            log.warning(
+                "prompt file over its share, cut file=%s tokens=%d share=%d", part.name, size, share
+            )
+            marker = (
+                f"\n\n[... memgate cut {part.name} here to fit the model's context: "
+                f"{len(part.text) - len(kept)} of {len(part.text)} characters not shown]"
+            )
+            capped.append(Part(part.name, kept + marker))
+        return capped
+
+
+def allocate(sizes: dict[str, int], room: int) -> dict[str, int]:
+    """Split `room` tokens among named sizes: small ones get all they need, big ones share the rest."""
+    shares: dict[str, int] = {}
+    waiting = sorted(sizes, key=lambda name: sizes[name])
+    left = room
+    while waiting:
+        even = left // len(waiting)
+        name = waiting[0]
+        if sizes[name] <= even:
+            shares[name] = sizes[name]
+            left -= sizes[name]
+            waiting.pop(0)
+            continue
+        for name in waiting:
+            shares[name] = even
+        break
+    return shares
