@@ -8,13 +8,14 @@ figures a-f, prints the Markdown report and writes docs/benchmarks.md and docs/b
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
 
-from bench import figures, report
+from bench import durability, figures, report
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
 from bench.runner import Bench, System
@@ -102,6 +103,8 @@ def main() -> None:
     try:
         print("a. overhead per turn", flush=True)
         rows = figures.overhead(bench, systems, plan.overhead)
+        print("a. the cost of fsync (memgate alone)", flush=True)
+        fsync = durability.summary(asyncio.run(durability.measure(plan.overhead)))
         print("b. stored history", flush=True)
         history_rows, history_plot = figures.history(bench, systems, plan.history)
         print("c. held consolidation", flush=True)
@@ -126,6 +129,7 @@ def main() -> None:
         llm.stop()
     versions["load"] = f"{load_start:.2f} / {os.getloadavg()[0]:.2f}"
     text = report.render(rows, versions, notes(plan, (time.monotonic() - started) / 60))
+    text += "\n## Durability: what fsync costs figure a\n\n" + "\n".join(fsync) + "\n"
     print(text)
     if not args.quick:
         (DOCS / "benchmarks.md").write_text(text, encoding="utf-8")

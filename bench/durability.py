@@ -65,20 +65,24 @@ async def measure(runs: int) -> dict[str, list[float]]:
     return figures
 
 
+def summary(figures: dict[str, list[float]]) -> list[str]:
+    """The figures as a small Markdown table and one sentence, for the console and the report."""
+    on, off = statistics.median(figures["on"]), statistics.median(figures["off"])
+    lines = [f"| turns/s, {CHATS} concurrent chats | min / median / max |", "|---|---|"]
+    for mode, label in (("on", "fsync on (as shipped)"), ("off", "fsync off")):
+        values = sorted(figures[mode])
+        lines.append(
+            f"| {label} | {values[0]:.0f} / **{statistics.median(values):.0f}** / {values[-1]:.0f} |"
+        )
+    lines += ["", f"fsync costs {100 * (1 - on / off):.1f}% of turns/s at {CHATS} chats."]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    figures = asyncio.run(measure(args.runs))
-    on, off = statistics.median(figures["on"]), statistics.median(figures["off"])
-    print(f"| turns/s, {CHATS} concurrent chats | min / median / max |")
-    print("|---|---|")
-    for mode, label in (("on", "fsync on (as shipped)"), ("off", "fsync off")):
-        values = sorted(figures[mode])
-        print(
-            f"| {label} | {values[0]:.0f} / **{statistics.median(values):.0f}** / {values[-1]:.0f} |"
-        )
-    print(f"\nfsync costs {100 * (1 - on / off):.1f}% of turns/s at {CHATS} chats.")
+    print("\n".join(summary(asyncio.run(measure(args.runs)))))
 
 
 if __name__ == "__main__":
