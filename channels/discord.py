@@ -10,14 +10,24 @@ import logging
 import random
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
 
-from channels.base import AllowList, ChannelConfigError, split_message
+from channels.base import (
+    GROUP_POLICIES,
+    AllowList,
+    ChannelConfigError,
+    Verdict,
+    admit,
+    check_access,
+    is_pair_command,
+    split_message,
+)
+from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from memory.fileio import atomic_write
 
@@ -36,7 +46,6 @@ discord.VoiceClient.warn_nacl = False
 discord.VoiceClient.warn_dave = False
 
 MESSAGE_LIMIT = 2000  # characters per Discord message
-GROUP_POLICIES = ("mention", "open", "off")
 
 _DISCORD_GATEWAY = DiscordWebSocket.DEFAULT_GATEWAY  # captured before anyone points it elsewhere
 _TYPING_EVERY = 8.0  # Discord shows "typing…" for about 10 s per request
@@ -66,6 +75,8 @@ class DiscordChannel:
         token: str,
         allow_from: Iterable[str],
         group_policy: str = "mention",
+        dm_policy: str = "allowlist",
+        pairing: PairingStore | None = None,
         api_base: str = "https://discord.com/api/v10",
         gateway_url: str | None = None,
         workspace: Path,
@@ -88,9 +99,9 @@ class DiscordChannel:
             )
         self._handler = handler
         self._token = token.strip()
+        self._pairing = pairing
         # Ids only: Discord usernames can be given up and claimed by someone else.
-        self._allow = AllowList(allow_from)
-        self._group_policy = group_policy
+        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
         self._api_base = api_base.rstrip("/")
         self._gateway_url = gateway_url
         self._workspace = Path(workspace)
@@ -110,6 +121,14 @@ class DiscordChannel:
     def connected(self) -> bool:
         """True between READY (or RESUMED) and the next disconnect."""
         return self._connected
+
+    def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
+        """Replace who may talk to the bot; the next message is judged by the new settings."""
+        allow_from = list(allow_from)
+        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
+        self._allow = AllowList(allow_from)
+        self._dm_policy = dm_policy
+        self._group_policy = group_policy
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
@@ -206,23 +225,64 @@ class DiscordChannel:
         ):
             return
         mentioned = _mentions(message, me.id)
-        if message.guild is not None and (
-            self._group_policy == "off" or (self._group_policy == "mention" and not mentioned)
-        ):
-            return
         sender_id = str(author.id)
-        if not self._allow.allows(sender_id):
+        is_group = message.guild is not None
+        verdict = admit(
+            is_group=is_group,
+            dm_policy=self._dm_policy,
+            group_policy=self._group_policy,
+            listed=self._allow.allows(sender_id),
+            approved=not is_group
+            and self._pairing is not None
+            and self._pairing.is_approved(self.name, sender_id),
+            addressed=mentioned,
+        )
+        if verdict is Verdict.REFUSE:
             self._allow.note_refused(self.name, sender_id, author.name)
+        if verdict is Verdict.PAIR:
+            self._start(self._answer_stranger(message), f"discord pairing {message.id}")
+        if verdict is not Verdict.ADMIT:
             return
         text = _clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
+        if not is_group and is_pair_command(text) and self._pairing is not None:
+            owner = self._allow.is_owner(sender_id)
+            self._start(self._answer_pair(message, owner, text), f"discord pair {message.id}")
+            return
         # Each message in its own task, so `/stop` can arrive while a turn is running.
         task = asyncio.create_task(
             self._handle(message, text, mentioned), name=f"discord {message.id}"
         )
         self._inflight.add(task)
         task.add_done_callback(self._forget)
+
+    def _start(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._inflight.add(task)
+        task.add_done_callback(self._forget)
+
+    async def _answer_stranger(self, message: discord.Message) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept."""
+        assert self._pairing is not None
+        author = message.author
+        try:
+            answer = await asyncio.to_thread(
+                self._pairing.request, self.name, str(author.id), author.display_name
+            )
+        except PairingError as exc:
+            log.error("discord pairing failed sender_id=%s: %s", author.id, exc)
+            return
+        if answer.reply and answer.code:
+            chat_id = str(message.channel.id)
+            await self.send(OutboundMessage(self.name, chat_id, stranger_reply(answer.code)))
+
+    async def _answer_pair(self, message: discord.Message, owner: bool, text: str) -> None:
+        assert self._pairing is not None
+        sender_id = str(message.author.id)
+        store = self._pairing
+        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+        await self.send(OutboundMessage(self.name, str(message.channel.id), reply))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
