@@ -240,7 +240,7 @@ class DiscordChannel:
         if verdict is Verdict.REFUSE:
             self._allow.note_refused(self.name, sender_id, author.name)
         if verdict is Verdict.PAIR:
-            self._start(self._answer_stranger(message), f"discord pairing {message.id}")
+            self._answer_stranger(message)
         if verdict is not Verdict.ADMIT:
             return
         text = _clean_content(message, me.id)
@@ -262,20 +262,21 @@ class DiscordChannel:
         self._inflight.add(task)
         task.add_done_callback(self._forget)
 
-    async def _answer_stranger(self, message: discord.Message) -> None:
-        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept."""
+    def _answer_stranger(self, message: discord.Message) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
+
+        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
+        the file is written only when a reply is due (a few times an hour at most)."""
         assert self._pairing is not None
         author = message.author
         try:
-            answer = await asyncio.to_thread(
-                self._pairing.request, self.name, str(author.id), author.display_name
-            )
+            answer = self._pairing.request(self.name, str(author.id), author.display_name)
         except PairingError as exc:
             log.error("discord pairing failed sender_id=%s: %s", author.id, exc)
             return
         if answer.reply and answer.code:
-            chat_id = str(message.channel.id)
-            await self.send(OutboundMessage(self.name, chat_id, stranger_reply(answer.code)))
+            reply = OutboundMessage(self.name, str(message.channel.id), stranger_reply(answer.code))
+            self._start(self.send(reply), f"discord pairing {message.id}")
 
     async def _answer_pair(self, message: discord.Message, owner: bool, text: str) -> None:
         assert self._pairing is not None

@@ -334,7 +334,7 @@ class TelegramChannel:
         if verdict is Verdict.REFUSE:
             self._allow.note_refused(self.name, sender_id, user.username)
         if verdict is Verdict.PAIR:
-            self._spawn(self._answer_stranger(target, sender_id, user.full_name))
+            self._answer_stranger(target, sender_id, user.full_name)
         if verdict is not Verdict.ADMIT:
             return False
         if not is_group and is_pair_command(text) and self._pairing is not None:
@@ -387,16 +387,19 @@ class TelegramChannel:
             addressed = True
         return addressed, foreign, _utf16_cut(text, cuts).strip()
 
-    async def _answer_stranger(self, target: _Target, sender_id: str, name: str) -> None:
-        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept."""
+    def _answer_stranger(self, target: _Target, sender_id: str, name: str) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
+
+        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
+        the file is written only when a reply is due (a few times an hour at most)."""
         assert self._pairing is not None
         try:
-            answer = await asyncio.to_thread(self._pairing.request, self.name, sender_id, name)
+            answer = self._pairing.request(self.name, sender_id, name)
         except PairingError as exc:
             log.error("telegram pairing failed sender_id=%s: %s", sender_id, exc)
             return
         if answer.reply and answer.code:
-            await self.send(self._outbound(target, stranger_reply(answer.code)))
+            self._spawn(self.send(self._outbound(target, stranger_reply(answer.code))))
 
     async def _answer_pair(self, target: _Target, sender_id: str, owner: bool, text: str) -> None:
         assert self._pairing is not None
