@@ -47,7 +47,13 @@ def build_channels(
     }
     telegram, discord = config.channels.telegram, config.channels.discord
     for name, section in (("telegram", telegram), ("discord", discord)):
-        if section.enabled and not section.allow_from and section.dm_policy != "pairing":
+        if section.enabled and not section.allow_from and section.dm_policy == "pairing":
+            log.warning(
+                "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
+                "codes you approve with `memgate pairing approve CODE`, as guests",
+                name,
+            )
+        elif section.enabled and not section.allow_from:
             log.warning(
                 "channels.%s.allow_from is empty: nobody can talk to the bot; the id of "
                 "everyone who tries is logged once so you can add it",
