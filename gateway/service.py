@@ -107,7 +107,8 @@ async def run_service(config: Config) -> int:
             # What start-up built lives as long as the process: keep it out of the cyclic
             # collector's full passes (a first large session load would otherwise walk it all).
             gc.freeze()
-            channels = build_channels(config, runtime)
+            # A SIGHUP during start-up already changed what is in force.
+            channels = build_channels(in_force, runtime)
             serving.extend(channels)
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
