@@ -227,16 +227,20 @@ class PairingStore:
     # -- the file ----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _changing(self) -> Iterator[_Table]:
-        """The table under the lock; written back (expired codes dropped) if the block succeeds."""
+        """The table under the lock; written back (expired codes dropped) if the block succeeds
+        and changed it, so a stranger writing again and again costs no write."""
         ensure_private_dir(self.path.parent)
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             table = self._read()
+            before = _dump(table)
             now = self._clock()
             table.pending = [p for p in table.pending if not p.expired(now)]
             yield table
-            atomic_write(self.path, _dump(table))
+            after = _dump(table)
+            if after != before:
+                atomic_write(self.path, after)
         finally:
             os.close(fd)  # closing releases the lock
 

@@ -92,14 +92,17 @@ def test_codes_avoid_look_alikes() -> None:
 
 
 def test_same_sender_gets_the_same_code_and_one_reply_per_ten_minutes(tmp_path: Path) -> None:
-    """Asking again within 10 minutes: same code, no reply; after 10 minutes: the same code again."""
+    """Within 10 minutes: same code, no reply, no write; after 10 minutes: the same code again."""
     clock = Clock()
     store = PairingStore(tmp_path / "state", clock)
     first = store.request("telegram", "666", "Mallory")
     assert first.reply and first.code and CODE.match(first.code)
+    written = (tmp_path / "state" / "pairing.json").stat()
     clock.now += REPLY_EVERY - 1
     again = store.request("telegram", "666", "Mallory")
     assert (again.code, again.reply) == (first.code, False)
+    kept = (tmp_path / "state" / "pairing.json").stat()
+    assert (kept.st_ino, kept.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # no write
     clock.now += 1
     later = store.request("telegram", "666", "Mallory")
     assert (later.code, later.reply) == (first.code, True)
