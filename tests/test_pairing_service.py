@@ -128,5 +128,6 @@ async def test_sighup_reloads_allow_from_without_a_restart(
         await wait_for_log(log, "needs a restart")
     logged = log.read_text()
     assert "needs a restart to change llm.timeout" in logged
+    assert logged.count("memgate started") == 1  # one start: reloaded, not restarted
     assert "allow_from" not in logged.split("needs a restart", 1)[1].splitlines()[0]
     assert "sk-attach-secret" not in logged
