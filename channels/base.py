@@ -1,10 +1,11 @@
-"""What every channel shares: the `Channel` protocol, sender allow-lists and reply splitting.
+"""What every channel shares: the `Channel` protocol, who gets in (`admit`) and reply splitting.
 
 Imports only `gateway.bus` of ours.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -72,6 +73,83 @@ class AllowList:
             username or "-",
             channel,
         )
+
+
+DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
+GROUP_POLICIES = ("mention", "open", "off")
+
+
+class AccessError(ChannelConfigError, ValueError):
+    """An access setting the channel cannot serve (an unknown policy, `open` without `"*"`)."""
+
+
+class Verdict(enum.Enum):
+    """What a channel does with one incoming message."""
+
+    ADMIT = "admit"  # hand it to the agent
+    IGNORE = "ignore"  # drop it silently (not for us, or DMs are off)
+    REFUSE = "refuse"  # drop it and log the stranger once
+    PAIR = "pair"  # a stranger's DM: answer with a pairing code, store nothing
+
+
+def check_access(
+    channel: str, allow_from: Iterable[str], dm_policy: str, group_policy: str, *, pairing: bool
+) -> None:
+    """Raise AccessError naming the key when these settings cannot be served."""
+    if dm_policy not in DM_POLICIES:
+        raise AccessError(
+            f"channels.{channel}.dm_policy: {dm_policy!r} is not one of {', '.join(DM_POLICIES)}"
+        )
+    if group_policy not in GROUP_POLICIES:
+        raise AccessError(
+            f"channels.{channel}.group_policy: {group_policy!r} is not one of "
+            f"{', '.join(GROUP_POLICIES)}"
+        )
+    if dm_policy == "open" and "*" not in {str(entry).strip() for entry in allow_from}:
+        raise AccessError(
+            f'channels.{channel}.dm_policy: open lets anyone in, so it needs allow_from: ["*"]'
+        )
+    if dm_policy == "pairing" and not pairing:
+        raise AccessError(f"channels.{channel}.dm_policy: pairing needs the pairing store")
+
+
+def admit(
+    *,
+    is_group: bool,
+    dm_policy: str,
+    group_policy: str,
+    listed: bool,
+    approved: bool,
+    addressed: bool,
+    for_another_bot: bool = False,
+) -> Verdict:
+    """The one admission rule every channel applies, on plain values.
+
+    `listed`: in allow_from (an owner, or anyone through `"*"`); `approved`: let in by pairing,
+    which opens DMs only, never a group. The group policy comes first, so only strangers who
+    address the bot are logged, not everyone chatting in a group it sits in.
+    """
+    if is_group:
+        if (
+            for_another_bot
+            or group_policy == "off"
+            or (group_policy == "mention" and not addressed)
+        ):
+            return Verdict.IGNORE
+        return Verdict.ADMIT if listed else Verdict.REFUSE
+    if dm_policy == "disabled":
+        return Verdict.IGNORE
+    if listed or dm_policy == "open":
+        return Verdict.ADMIT
+    if approved:
+        # Approvals outlive a switch from pairing to allowlist: it stops new codes, not old guests.
+        return Verdict.ADMIT
+    return Verdict.PAIR if dm_policy == "pairing" else Verdict.REFUSE
+
+
+def is_pair_command(text: str) -> bool:
+    """`/pair` or `/pair CODE`, as an owner approves a stranger from their own chat."""
+    return text.split(maxsplit=1)[:1] == ["/pair"]
 
 
 _FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")

@@ -20,8 +20,18 @@ from typing import Any
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
 
-from channels.base import AllowList, ChannelConfigError, split_message
+from channels.base import (
+    GROUP_POLICIES,
+    AllowList,
+    ChannelConfigError,
+    Verdict,
+    admit,
+    check_access,
+    is_pair_command,
+    split_message,
+)
 from channels.inbox import Inbox, Json
+from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from memory.fileio import atomic_write
 
@@ -40,7 +50,6 @@ discord.VoiceClient.warn_nacl = False
 discord.VoiceClient.warn_dave = False
 
 MESSAGE_LIMIT = 2000  # characters per Discord message
-GROUP_POLICIES = ("mention", "open", "off")
 
 _DISCORD_GATEWAY = DiscordWebSocket.DEFAULT_GATEWAY  # captured before anyone points it elsewhere
 _TYPING_EVERY = 8.0  # Discord shows "typing…" for about 10 s per request
@@ -70,6 +79,8 @@ class DiscordChannel:
         token: str,
         allow_from: Iterable[str],
         group_policy: str = "mention",
+        dm_policy: str = "allowlist",
+        pairing: PairingStore | None = None,
         api_base: str = "https://discord.com/api/v10",
         gateway_url: str | None = None,
         workspace: Path,
@@ -93,9 +104,9 @@ class DiscordChannel:
             )
         self._handler = handler
         self._token = token.strip()
+        self._pairing = pairing
         # Ids only: Discord usernames can be given up and claimed by someone else.
-        self._allow = AllowList(allow_from)
-        self._group_policy = group_policy
+        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
         self._api_base = api_base.rstrip("/")
         self._gateway_url = gateway_url
         self._workspace = Path(workspace)
@@ -117,6 +128,14 @@ class DiscordChannel:
     def connected(self) -> bool:
         """True between READY (or RESUMED) and the next disconnect."""
         return self._connected
+
+    def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
+        """Replace who may talk to the bot; the next message is judged by the new settings."""
+        allow_from = list(allow_from)
+        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
+        self._allow = AllowList(allow_from)
+        self._dm_policy = dm_policy
+        self._group_policy = group_policy
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
@@ -217,17 +236,31 @@ class DiscordChannel:
         ):
             return
         mentioned = _mentions(message, me.id)
-        if message.guild is not None and (
-            self._group_policy == "off" or (self._group_policy == "mention" and not mentioned)
-        ):
-            return
         sender_id = str(author.id)
-        if not self._allow.allows(sender_id):
+        is_group = message.guild is not None
+        verdict = admit(
+            is_group=is_group,
+            dm_policy=self._dm_policy,
+            group_policy=self._group_policy,
+            listed=self._allow.allows(sender_id),
+            approved=not is_group
+            and self._pairing is not None
+            and self._pairing.is_approved(self.name, sender_id),
+            addressed=mentioned,
+        )
+        if verdict is Verdict.REFUSE:
             self._allow.note_refused(self.name, sender_id, author.name)
+        if verdict is Verdict.PAIR:
+            self._answer_stranger(message)
+        if verdict is not Verdict.ADMIT:
             return
         text = _clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
+        if not is_group and is_pair_command(text) and self._pairing is not None:
+            owner = self._allow.is_owner(sender_id)
+            self._track(self._answer_pair(message, owner, text), f"discord pair {message.id}")
+            return
         if self._inbox is not None:
             self._inbox.append(_record(message, text, mentioned))
         # Each message in its own task, so `/stop` can arrive while a turn is running.
@@ -237,6 +270,29 @@ class DiscordChannel:
         task = asyncio.create_task(coro, name=name)
         self._inflight.add(task)
         task.add_done_callback(self._forget)
+
+    def _answer_stranger(self, message: discord.Message) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
+
+        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
+        the file is written only when a reply is due (a few times an hour at most)."""
+        assert self._pairing is not None
+        author = message.author
+        try:
+            answer = self._pairing.request(self.name, str(author.id), author.display_name)
+        except PairingError as exc:
+            log.error("discord pairing failed sender_id=%s: %s", author.id, exc)
+            return
+        if answer.reply and answer.code:
+            reply = OutboundMessage(self.name, str(message.channel.id), stranger_reply(answer.code))
+            self._track(self.send(reply), f"discord pairing {message.id}")
+
+    async def _answer_pair(self, message: discord.Message, owner: bool, text: str) -> None:
+        assert self._pairing is not None
+        sender_id = str(message.author.id)
+        store = self._pairing
+        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+        await self.send(OutboundMessage(self.name, str(message.channel.id), reply))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

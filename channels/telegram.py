@@ -32,8 +32,16 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.base import AllowList, ChannelConfigError
+from channels.base import (
+    AllowList,
+    ChannelConfigError,
+    Verdict,
+    admit,
+    check_access,
+    is_pair_command,
+)
 from channels.inbox import Inbox, Json
+from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_html import Piece, render_pieces
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from memory.fileio import atomic_write
@@ -83,6 +91,8 @@ class TelegramChannel:
         token: str,
         allow_from: Iterable[str],
         group_policy: str = "mention",
+        dm_policy: str = "allowlist",
+        pairing: PairingStore | None = None,
         base_url: str = "https://api.telegram.org/bot",
         base_file_url: str | None = None,
         workspace: Path,
@@ -101,8 +111,8 @@ class TelegramChannel:
                              "mention, open, off")  # fmt: skip
         self._handler = handler
         self._token = token
-        self._allow = AllowList(allow_from)
-        self._group_policy = group_policy
+        self._pairing = pairing
+        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
         self._base_url = base_url
         self._base_file_url = base_file_url or _file_url(base_url)
         self._workspace = Path(workspace)
@@ -132,6 +142,14 @@ class TelegramChannel:
     @property
     def connected(self) -> bool:
         return self._connected
+
+    def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
+        """Replace who may talk to the bot; the next message is judged by the new settings."""
+        allow_from = list(allow_from)
+        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
+        self._allow = AllowList(allow_from)
+        self._dm_policy = dm_policy
+        self._group_policy = group_policy
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -300,18 +318,29 @@ class TelegramChannel:
         sender_id = str(user.id)
         is_group = message.chat.type in _GROUPS
         addressed, foreign, text = self._addressing(message)
-        if not self._allow.allows(sender_id, user.username):
-            if not is_group or addressed:
-                self._allow.note_refused(self.name, sender_id, user.username)
-            return False
-        if is_group and (
-            foreign
-            or self._group_policy == "off"
-            or (self._group_policy == "mention" and not addressed)
-        ):
-            return False
+        verdict = admit(
+            is_group=is_group,
+            dm_policy=self._dm_policy,
+            group_policy=self._group_policy,
+            listed=self._allow.allows(sender_id, user.username),
+            approved=not is_group
+            and self._pairing is not None
+            and self._pairing.is_approved(self.name, sender_id),
+            addressed=addressed,
+            for_another_bot=foreign,
+        )
         thread = message.message_thread_id if message.is_topic_message else None
         target = _Target(message.chat.id, thread)
+        if verdict is Verdict.REFUSE:
+            self._allow.note_refused(self.name, sender_id, user.username)
+        if verdict is Verdict.PAIR:
+            self._answer_stranger(target, sender_id, user.full_name)
+        if verdict is not Verdict.ADMIT:
+            return False
+        if not is_group and is_pair_command(text) and self._pairing is not None:
+            owner = self._allow.is_owner(sender_id, user.username)
+            self._spawn(self._answer_pair(target, sender_id, owner, text))
+            return False
         if not text and next(_attachments(message), None) is None:
             # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
             # messages (a member joined, a pin) have no attachment and get nothing.
@@ -357,6 +386,26 @@ class TelegramChannel:
         ):
             addressed = True
         return addressed, foreign, _utf16_cut(text, cuts).strip()
+
+    def _answer_stranger(self, target: _Target, sender_id: str, name: str) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
+
+        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
+        the file is written only when a reply is due (a few times an hour at most)."""
+        assert self._pairing is not None
+        try:
+            answer = self._pairing.request(self.name, sender_id, name)
+        except PairingError as exc:
+            log.error("telegram pairing failed sender_id=%s: %s", sender_id, exc)
+            return
+        if answer.reply and answer.code:
+            self._spawn(self.send(self._outbound(target, stranger_reply(answer.code))))
+
+    async def _answer_pair(self, target: _Target, sender_id: str, owner: bool, text: str) -> None:
+        assert self._pairing is not None
+        store = self._pairing
+        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+        await self.send(self._outbound(target, reply))
 
     async def _intake(
         self,

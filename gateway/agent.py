@@ -177,7 +177,8 @@ class AgentLoop:
             turn.cancel()
             return "Stopped."
         if name == "status":
-            return await self._status(key, scope_for(message, self.config.memory.groups).memory)
+            memory = self.config.memory
+            return await self._status(key, scope_for(message, memory.groups, memory.guests).memory)
         # /new waits for a running turn of this chat, then rotates the file at once.
         async with self._session_lock(key):
             archived = await self.sessions.rotate(key)
@@ -227,11 +228,12 @@ class AgentLoop:
                 user["sender_name"] = message.sender_name
             if message.message_id:
                 user["message_id"] = message.message_id
-            if message.is_group or not message.sender_is_owner:
+            trusted = message.sender_is_owner or self.config.memory.guests == "shared"
+            if message.is_group or not trusted:
                 session.group = True  # a group's or a guest's words stay out of MEMORY.md
             await self.sessions.add_messages(session, [user])
 
-        scope = scope_for(message, self.config.memory.groups)
+        scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
         tools = self.tools.for_scope(scope)
         system = await self.context.system_prompt(scope)
         current = {"role": "user", "content": self.context.user_content(message)}

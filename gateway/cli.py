@@ -1,4 +1,4 @@
-"""The `memgate` command line: init, setup, run, chat, status, doctor, memory.
+"""The `memgate` command line: init, setup, run, chat, status, doctor, memory, pairing.
 
 Exit status: 0 on success, 2 on a usage error (argparse's), 78 on bad configuration (EX_CONFIG,
 which the systemd unit does not restart on), 1 on any other error, each with a one-line reason on
@@ -15,9 +15,11 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from channels.base import ChannelConfigError
+from channels.pairing import PairingError, PairingStore
 from gateway import __version__
 from gateway.bus import Handler
 from gateway.config import (
@@ -287,6 +289,45 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pairing(args: argparse.Namespace) -> int:
+    """List, approve and revoke; a running service reads the change on its next message."""
+    config = load(args)
+    store = PairingStore(config.state_dir)
+    try:
+        if args.action == "approve":
+            approved = store.approve(args.code, "cli")
+            print(
+                f"approved {approved.address} ({approved.name or 'no name'}); "
+                "their next message is answered"
+            )
+        elif args.action == "revoke":
+            revoked = store.revoke(args.address)
+            print(f"revoked {revoked.address}; their next message goes unanswered")
+        else:
+            print(_pairing_table(store))
+    except PairingError as exc:
+        raise MemgateError(str(exc)) from exc
+    return 0
+
+
+def _pairing_table(store: PairingStore) -> str:
+    lines = ["pending codes (valid for an hour; `memgate pairing approve CODE`):"]
+    lines += [
+        f"  {p.code}  {p.channel}:{p.sender_id}  {p.name or '-'}  asked {_when(p.created_at)}"
+        for p in store.pending()
+    ] or ["  (none)"]
+    lines.append("approved senders (`memgate pairing revoke CHANNEL:ID`):")
+    lines += [
+        f"  {a.address}  {a.name or '-'}  by {a.approved_by} {_when(a.approved_at)}"
+        for a in store.approved()
+    ] or ["  (none)"]
+    return "\n".join(lines)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def cmd_memory(args: argparse.Namespace) -> int:
     config = load(args)
     files = MemoryFiles(config.workspace, config.tz)
@@ -433,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", metavar="KEY", help="session key (default terminal:local)")
     chat.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     add("status", cmd_status, "show configuration, workspace, sessions and memory")
+    pairing = add("pairing", cmd_pairing, "let people in by pairing code: list, approve, revoke")
+    steps = pairing.add_subparsers(dest="action", required=True, metavar="ACTION")
+    steps.add_parser("list", help="pending codes and approved senders", parents=[common])
+    approve = steps.add_parser("approve", help="let in the sender holding CODE", parents=[common])
+    approve.add_argument("code", metavar="CODE", help="the code the stranger was given")
+    revoke = steps.add_parser("revoke", help="take an approval back", parents=[common])
+    revoke.add_argument("address", metavar="CHANNEL:ID", help="e.g. telegram:123456")
     memory = add("memory", cmd_memory, "inspect and manage the memory files")
     actions = memory.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", help="print MEMORY.md", parents=[common])

@@ -9,7 +9,8 @@ Commands:
 /new — start a fresh conversation (the old one is archived and summarised into memory)
 /stop — cancel the answer I am working on (your message is kept)
 /status — size of this conversation, what is not yet in memory, and the model in use
-/help — this list"""
+/help — this list
+/pair CODE — let in someone who was given a pairing code (owners, in a DM with me)"""
 
 COMMANDS = ("new", "stop", "help", "status")
 

@@ -110,6 +110,8 @@ class MemoryConfig(_Section):
     """Cap on history messages sent to the LLM; 0: the token budget alone."""
     groups: Literal["private", "shared"] = "private"
     """private: group chats see no MEMORY.md and write only HISTORY.md; shared: they read and update MEMORY.md too."""
+    guests: Literal["private", "shared"] = "private"
+    """A guest's DM (let in by pairing or "*"): private gives it a group chat's scope; shared gives it the owner's whole memory, only for people you trust completely."""
     timeout: float = Field(120, gt=0)  # seconds for one consolidation call
     """Seconds per consolidation call."""
     fixed_share: float = Field(0.5, ge=0.1, le=0.9)
@@ -128,6 +130,7 @@ class AgentConfig(_Section):
 
 
 GroupPolicy = Literal["mention", "open", "off"]
+DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 
 
 class ChatChannelConfig(_Section):
@@ -141,6 +144,8 @@ class ChatChannelConfig(_Section):
     """Who may talk to the bot: user ids (or @usernames on Telegram); [] nobody (their ids are logged), [\"*\"] everyone."""
     group_policy: GroupPolicy = "mention"
     """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
+    dm_policy: DmPolicy = "pairing"
+    """DMs from people not in allow_from: pairing (they get a code an owner approves), allowlist (ignored), open (anyone; needs allow_from ["*"]) or disabled (no DMs at all)."""
 
     @field_validator("allow_from", mode="before")
     @classmethod
@@ -376,6 +381,12 @@ def _check_relations(config: Config, path: Path) -> None:
         channel = getattr(config.channels, name)
         if channel.enabled and not channel.token:
             fail(f"channels.{name}.token", "", f"required when the channel is enabled (set {var})")
+        if channel.dm_policy == "open" and "*" not in channel.allow_from:
+            fail(
+                f"channels.{name}.dm_policy",
+                "open",
+                'lets anyone in, so it needs allow_from: ["*"]',
+            )
 
 
 def _in_disabled_channel(config: Config, key: str) -> bool:

@@ -8,6 +8,9 @@ search index, the lock) is refused to every scope whatever the table says.
 | ------- | -------------------------------------------- | ----------------------------- | ----------------- |
 | private | the owner's DMs, the terminal                | the whole workspace           | all but sessions/ |
 | group   | groups, guild channels, threads, guests' DMs | groups/<session>/, its media  | groups/<session>/ |
+
+A guest (let in by pairing or `"*"`, not listed in `allow_from`) gets the group scope in a DM too,
+unless `memory.guests: shared` gives guests' DMs the private scope.
 """
 
 from __future__ import annotations
@@ -78,9 +81,12 @@ def group_scope(message: InboundMessage) -> Scope:
     return Scope(GROUP, reads=(own, media_folder(message.channel, message.chat_id)), writes=(own,))
 
 
-def scope_for(message: InboundMessage, groups: str) -> Scope:
-    """Groups get the group scope unless `memory.groups: shared`; a guest's DM always does."""
+def scope_for(message: InboundMessage, groups: str, guests: str = "private") -> Scope:
+    """Groups get the group scope unless `memory.groups: shared`; a guest's DM does unless
+    `memory.guests: shared`. A guest in a group never gets more than the group scope."""
     if not message.sender_is_owner:
+        if not message.is_group and guests == "shared":
+            return private_scope()
         return group_scope(message)
     if message.is_group and groups != "shared":
         return group_scope(message)

@@ -3,6 +3,7 @@
 One exit stack owns the resources and one task group the long-lived tasks (STYLE "Async"). SIGTERM or
 SIGINT sets a stop event; then channels stop first (no new input; running turns get
 `shutdown_grace` to answer), then the health endpoint, then memory (consolidation gets its grace).
+SIGHUP reloads who may talk to the bot (gateway/access.py) without a restart.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from channels.base import Channel
 from channels.discord import DiscordChannel
+from channels.pairing import PairingStore
 from channels.telegram import TelegramChannel
+from gateway.access import reload_access
 from gateway.app import Runtime, open_runtime
 from gateway.config import Config
 from gateway.control import control_server, socket_path
@@ -27,7 +30,9 @@ from gateway.metrics import health_server
 log = logging.getLogger(__name__)
 
 
-def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
+def build_channels(
+    config: Config, runtime: Runtime, pairing: PairingStore | None = None
+) -> list[TelegramChannel | DiscordChannel]:
     """The enabled channels, each handing its messages to the agent.
 
     A channel's config keys are its constructor's keyword arguments, so a key added to a section
@@ -37,16 +42,24 @@ def build_channels(config: Config, runtime: Runtime) -> list[Channel]:
     shared: dict[str, Any] = {
         "workspace": config.workspace,
         "shutdown_grace": config.shutdown_grace,
+        # Approved senders and pending codes, shared with `memgate pairing` through the file.
+        "pairing": pairing or PairingStore(config.state_dir),
     }
     telegram, discord = config.channels.telegram, config.channels.discord
     for name, section in (("telegram", telegram), ("discord", discord)):
-        if section.enabled and not section.allow_from:
+        if section.enabled and not section.allow_from and section.dm_policy == "pairing":
+            log.warning(
+                "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
+                "codes you approve with `memgate pairing approve CODE`, as guests",
+                name,
+            )
+        elif section.enabled and not section.allow_from:
             log.warning(
                 "channels.%s.allow_from is empty: nobody can talk to the bot; the id of "
                 "everyone who tries is logged once so you can add it",
                 name,
             )
-    channels: list[Channel] = []
+    channels: list[TelegramChannel | DiscordChannel] = []
     if telegram.enabled:
         settings = telegram.model_dump(exclude={"enabled"})
         channels.append(TelegramChannel(handler, **settings, **shared, state_dir=config.state_dir))
@@ -79,13 +92,24 @@ async def run_service(config: Config) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    serving: list[TelegramChannel | DiscordChannel] = []
+    in_force = config
+
+    def on_reload() -> None:
+        nonlocal in_force
+        log.info("received SIGHUP; reloading access settings from %s", config.source)
+        in_force = reload_access(in_force, serving)
+
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
     started = time.monotonic()
     try:
         async with open_runtime(config) as runtime:
             # What start-up built lives as long as the process: keep it out of the cyclic
             # collector's full passes (a first large session load would otherwise walk it all).
             gc.freeze()
-            channels = build_channels(config, runtime)
+            # A SIGHUP during start-up already changed what is in force.
+            channels = build_channels(in_force, runtime)
+            serving.extend(channels)
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
 
@@ -100,14 +124,14 @@ async def run_service(config: Config) -> int:
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
     log.info("memgate stopped cleanly after %.0fs", time.monotonic() - started)
     return 0
 
 
 async def _serve(
-    config: Config, runtime: Runtime, channels: list[Channel], stop: asyncio.Event
+    config: Config, runtime: Runtime, channels: Sequence[Channel], stop: asyncio.Event
 ) -> None:
     def status() -> dict[str, Any]:
         connected = {channel.name: channel.connected for channel in channels}
@@ -127,7 +151,7 @@ async def _serve(
 async def _supervise(
     config: Config,
     runtime: Runtime,
-    channels: list[Channel],
+    channels: Sequence[Channel],
     stop: asyncio.Event,
     status: Callable[[], dict[str, Any]],
 ) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gateway.config import Config
+from channels.pairing import PairingError, PairingStore
+from gateway.config import ChatChannelConfig, Config
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore, parse_session_bytes
@@ -34,6 +35,27 @@ def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def describe_access(config: Config) -> list[str]:
+    """Per channel: the DM policy, owners, approved senders and pending codes."""
+    store = PairingStore(config.state_dir)
+    try:
+        pending, approved = store.pending(), store.approved()
+    except PairingError as exc:
+        return [f"  access:   {exc}"]
+    lines = []
+    for name in ("telegram", "discord"):
+        section: ChatChannelConfig = getattr(config.channels, name)
+        owners = [entry for entry in section.allow_from if entry.strip() != "*"]
+        everyone = " + everyone as guests" if "*" in section.allow_from else ""
+        lines.append(
+            f"  {name + ' access:':17} dm_policy {section.dm_policy}, group_policy "
+            f"{section.group_policy}; {len(owners)} owner(s){everyone}, "
+            f"{sum(a.channel == name for a in approved)} approved, "
+            f"{sum(p.channel == name for p in pending)} pending code(s)"
+        )
+    return lines
 
 
 def describe(config: Config) -> str:
@@ -66,6 +88,7 @@ def describe(config: Config) -> str:
             f"budget:     {config.llm.budget} prompt tokens",
             "channels:",
             *channels,
+            *describe_access(config),
             f"sessions:   {len(keys)} live, {len(archive)} archived",
             f"pending:    {pending} messages not yet consolidated in live sessions, "
             f"{archival} archived session(s) awaiting consolidation",

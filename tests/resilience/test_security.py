@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import aiohttp
@@ -131,7 +132,8 @@ async def test_a_prompt_injected_model_reads_no_secret_and_none_leaks(
 async def test_a_stranger_gets_no_model_call_no_download_and_no_file(
     make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    """A sender outside allow_from costs nothing: no LLM request, no download, no session."""
+    """A sender outside allow_from costs nothing: no LLM request, no download, no session;
+    their only answer is one pairing code."""
     gateway = make_gateway()
     await gateway.start()
     photo = fake_telegram.add_file(b"\xff\xd8", file_id="s1", unique_id="su1", path="p/s.jpg")
@@ -140,11 +142,15 @@ async def test_a_stranger_gets_no_model_call_no_download_and_no_file(
         None, chat_id=666, user_id=666, photo=[{**photo, "width": 1, "height": 1}], caption="x"
     )
     fake_telegram.message("hello", chat_id=42, user_id=42)
-    await fake_telegram.wait_sent(1, within=30)
+    sent = fake_telegram.sent
+    await fake_telegram.wait_for(lambda: len(sent(42)) == 1 and len(sent(666)) == 1, within=30)
     assert [r for r in fake_llm.chat_requests() if "passwd" in json.dumps(r)] == []
-    assert fake_telegram.calls_to("getFile") == [] and fake_telegram.sent(666) == []
+    assert fake_telegram.calls_to("getFile") == []
+    [answer] = sent(666)
+    assert re.search(r"pairing code is [A-HJ-NP-Z2-9]{8} ", answer["text"])
+    assert "passwd" not in answer["text"]
     assert [s.path.name for s in read_sessions(gateway.workspace)] == ["telegram:42.jsonl"]
-    assert "refused sender channel=telegram sender_id=666" in gateway.log()
+    assert "pairing code issued channel=telegram sender_id=666" in gateway.log()
 
 
 async def test_a_symlink_loop_is_refused_with_a_clear_message(
