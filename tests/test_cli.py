@@ -56,7 +56,9 @@ async def test_init_with_a_channel_enabled_before_its_token_is_set(tmp_path: Pat
     config = home / "config.yaml"
     example = Path(__file__).parent.parent / "deploy/config.example.yaml"
     config.write_text(
-        example.read_text().replace("  telegram:\n    enabled: false", "  telegram:\n    enabled: true")
+        example.read_text().replace(
+            "  telegram:\n    enabled: false", "  telegram:\n    enabled: true"
+        )
     )
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_TOKEN", "_API_KEY"))}
     process = await asyncio.create_subprocess_exec(
@@ -64,7 +66,7 @@ async def test_init_with_a_channel_enabled_before_its_token_is_set(tmp_path: Pat
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**env, "MEMGATE_HOME": str(home)},
     )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), 60)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
     assert (home / "workspace/AGENTS.md").is_file()
     assert "${TELEGRAM_BOT_TOKEN}" in config.read_text()
