@@ -9,7 +9,7 @@ from tests.fakes.telegram_api import TOKEN, FakeTelegram, control_routes
 
 
 async def test_control_routes_send_a_message_and_list_the_replies() -> None:
-    """/ctl/message queues an update getUpdates hands out; /ctl/sent lists delivered sends."""
+    """/ctl/message queues an update getUpdates hands out; /ctl/sent and /ctl/calls list calls."""
     fake = FakeTelegram()
     app = fake.app()
     app.add_routes(control_routes(fake))
@@ -32,5 +32,7 @@ async def test_control_routes_send_a_message_and_list_the_replies() -> None:
                 pass
             async with http.get(f"{base}/ctl/sent") as answer:
                 assert await answer.json() == [{"chat_id": 7, "text": "hello"}]
+            async with http.get(f"{base}/ctl/calls") as answer:
+                assert await answer.json() == ["getUpdates", "sendMessage"]
     finally:
         await runner.cleanup()

@@ -400,7 +400,8 @@ async def start_fake_telegram(host: str = "127.0.0.1") -> tuple[FakeTelegram, we
 
 
 def control_routes(fake: FakeTelegram) -> list[web.RouteDef]:
-    """What a test outside this process uses: send a private message, read what the bot sent."""
+    """What a test outside this process uses: send a private message, read what the bot sent and
+    which methods it called (a sendChatAction says a reply is being written)."""
 
     async def send(request: web.Request) -> web.Response:
         user = int(request.query.get("user_id", "42"))
@@ -411,7 +412,14 @@ def control_routes(fake: FakeTelegram) -> list[web.RouteDef]:
         delivered = [{"chat_id": p.get("chat_id"), "text": p.get("plain")} for p in fake.sent()]
         return web.json_response(delivered)
 
-    return [web.post("/ctl/message", send), web.get("/ctl/sent", sent)]
+    async def calls(request: web.Request) -> web.Response:
+        return web.json_response([call.method for call in fake.calls])
+
+    return [
+        web.post("/ctl/message", send),
+        web.get("/ctl/sent", sent),
+        web.get("/ctl/calls", calls),
+    ]
 
 
 def main() -> None:
