@@ -131,6 +131,21 @@ systemctl restart memgate
 check "fixed file, reset-failed, restart: running again" wait_for 30 running
 check "answers after the fix" answered "after the fix"
 
+echo "== the start limit counts every start"
+# StartLimitBurst=5 in StartLimitIntervalSec=300, and manual starts count: from a cleared counter,
+# five restarts are allowed and the sixth is refused, although nothing failed.
+systemctl reset-failed memgate
+allowed=0
+for _ in 1 2 3 4 5; do systemctl restart memgate 2>/dev/null && allowed=$((allowed + 1)); done
+said=$(systemctl restart memgate 2>&1)
+rc=$?
+echo "    systemctl said: $said" | head -1
+check "$allowed restarts allowed, the 6th refused (rc=$rc) with 'Start request repeated too quickly' in the journal" \
+    sh -c "[ $allowed = 5 -a $rc != 0 ] && journalctl -u memgate -o cat | grep -q 'Start request repeated too quickly'"
+systemctl reset-failed memgate
+systemctl start memgate
+check "after reset-failed it starts again" wait_for 30 running
+
 echo "== exposure"
 systemd-analyze security memgate --no-pager >$CHECK/security.log 2>&1
 score=$(sed -n 's/.*Overall exposure level for memgate.service: \([0-9.]*\).*/\1/p' $CHECK/security.log)
