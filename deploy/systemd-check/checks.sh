@@ -78,6 +78,9 @@ done
 mkdir -p /home/someone && touch /home/someone/marker /tmp/outside-marker
 check "home folders hidden (ProtectHome)" in_service test ! -e /home/someone/marker -a ! -e $CHECK
 check "a private /tmp (PrivateTmp)" in_service test ! -e /tmp/outside-marker
+# PID 1 (root's systemd) is in the container's /proc, but not in the one the service sees.
+proc_hidden() { [ -e /proc/1 ] && as_service test ! -e /proc/1; }
+check "other users' processes invisible in /proc (ProtectProc=invisible)" proc_hidden
 check "no device nodes beyond the pseudo ones (PrivateDevices)" in_service test ! -e /dev/net/tun -a -e /dev/null
 check "memgate's journal has no permission error or traceback" \
     no_output sh -c "journalctl -u memgate -o cat | grep -i -E 'permission denied|read-only file system|operation not permitted|traceback'"

@@ -15,7 +15,7 @@
 set -euo pipefail
 CHECK=/root/check
 export MEMGATE_REPOSITORY=$CHECK/checkout
-export PIP_NO_INDEX=1 PIP_FIND_LINKS=$CHECK/wheels PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_QUIET=1
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=/opt/memgate/wheels PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_QUIET=1
 
 sudo() { "$@"; }
 apt() {
