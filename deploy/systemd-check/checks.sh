@@ -54,7 +54,8 @@ echo "    $(stat -c '%a %U:%G %n' /var/lib/memgate /var/lib/memgate/state /var/l
 
 echo "== sandbox"
 PID=$(prop MainPID)
-status() { sed -n "s/^$1:[[:space:]]*//p" /proc/"$PID"/status; }
+# MainPID is 0 when memgate is not running: then every check here fails, without looking at PID 0.
+status() { [ "$PID" -gt 0 ] && sed -n "s/^$1:[[:space:]]*//p" /proc/"$PID"/status; }
 check "runs as memgate (uid $UID_MEMGATE)" test "$(status Uid)" = "$(printf '%s\t' "$UID_MEMGATE" "$UID_MEMGATE" "$UID_MEMGATE" "$UID_MEMGATE" | sed 's/\t$//')"
 check "no capabilities (effective, permitted, bounding, ambient)" \
     test "$(status CapEff)$(status CapPrm)$(status CapBnd)$(status CapAmb)" = "$(printf '0%.0s' $(seq 64))"
@@ -62,7 +63,7 @@ check "NoNewPrivs" test "$(status NoNewPrivs)" = 1
 check "seccomp filter on" test "$(status Seccomp)" = 2
 # In the service's own mount namespace. Read-only is tried as root, which only a read-only mount
 # stops; writable as the service user.
-in_service() { nsenter --target "$PID" --mount "$@"; }
+in_service() { [ "$PID" -gt 0 ] && nsenter --target "$PID" --mount "$@"; }
 as_service() { in_service --setuid "$UID_MEMGATE" --setgid "$GID_MEMGATE" "$@"; }
 read_only() {
     local said
@@ -106,7 +107,8 @@ check "started again" wait_for 30 running
 echo "== kill -9"
 OLD=$(prop MainPID)
 restarts=$(prop NRestarts)
-kill -KILL "$OLD"
+# Never `kill 0` (this process group) when memgate is not running.
+[ "$OLD" -gt 0 ] && kill -KILL "$OLD"
 T=$(date +%s%N)
 replaced() { [ "$(prop MainPID)" != "$OLD" ] && running; }
 wait_for 60 replaced

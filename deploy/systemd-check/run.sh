@@ -120,6 +120,7 @@ poweroff() {
     exit $rc
 }
 trap poweroff EXIT
+trap 'exit 130' INT TERM HUP
 
 # Run a command in the container only: $INIT must be a live process named systemd, not our PID 1.
 inside() {
@@ -148,7 +149,8 @@ esac
 # From here on, any failure fails the check.
 
 say "install as docs/service.md says"
-if ! inside /root/check/install.sh >"$CACHE/install.log" 2>&1; then
+# Each in a session of its own (setsid), so no signal sent in there can reach this script.
+if ! inside setsid --wait /root/check/install.sh >"$CACHE/install.log" 2>&1; then
     tail -25 "$CACHE/install.log"
     echo "FAIL: the install steps of docs/service.md (full log: $CACHE/install.log)"
     exit 1
@@ -156,4 +158,4 @@ fi
 grep -E '^(\$ |created|kept|✓|✗|apt stand-in)' "$CACHE/install.log" || true
 
 say "checks"
-inside /root/check/checks.sh
+inside setsid --wait /root/check/checks.sh
