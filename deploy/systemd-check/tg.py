@@ -1,10 +1,10 @@
 """The systemd check's small client for the fakes and memgate's health endpoint (stdlib only).
 
-  tg.py up URL          exit 0 once URL answers HTTP at all
-  tg.py send TEXT       a private message from user 42 to the bot (the Telegram fake)
-  tg.py replied TEXT    exit 0 if the bot has sent "echo: TEXT" (the fake LLM echoes)
-  tg.py count METHOD    how many times the bot called a Bot API method
-  tg.py healthy         exit 0 if memgate's /healthz says Telegram is connected
+tg.py up URL          exit 0 once URL answers HTTP at all
+tg.py send TEXT       a private message from user 42 to the bot (the Telegram fake)
+tg.py replied TEXT    exit 0 if the bot has sent "echo: TEXT" (the fake LLM echoes)
+tg.py count METHOD    how many times the bot called a Bot API method
+tg.py healthy         exit 0 if memgate's /healthz says Telegram is connected
 """
 
 from __future__ import annotations
