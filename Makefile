@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench docs clean
+.PHONY: run test lint bench docs systemd-check clean
 
 $(BIN)/memgate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ bench: $(VENV)/.dev
 # docs/configuration.md from the config models (a test fails while it is out of date).
 docs: $(VENV)/.dev
 	$(BIN)/python -m gateway.config_reference
+
+# deploy/memgate.service under a real systemd in a Debian 12 container (root; prints
+# "systemd-check skipped: <reason>" where the container cannot be had). See docs/service.md.
+systemd-check:
+	deploy/systemd-check/run.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -185,7 +185,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     else:
         write_private(path, render_config(workspace=default_workspace()))
         created.append(path)
-    config = load_config(path, env={**os.environ, "OPENAI_API_KEY": "unset"})
+    # init needs only the workspace path. The secrets' variables come later (the env file of a
+    # service, an export), so an unset one must not stop it, whichever channel is enabled.
+    config = load_config(path, secret_stand_in="unset")
     new, old = write_templates(config.workspace)
     created += new
     kept += old

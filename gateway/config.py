@@ -273,14 +273,19 @@ def default_state_dir() -> Path:
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand(value: Any, key: str, env: dict[str, str], missing: dict[str, str]) -> Any:
-    """Expand `${VAR}` / `${VAR:-default}` in every string; record unset variables by key."""
+def _expand(
+    value: Any, key: str, env: dict[str, str], missing: dict[str, str], stand_in: str | None
+) -> Any:
+    """Expand `${VAR}` / `${VAR:-default}` in every string; record unset variables by key.
+
+    With a `stand_in`, an unset variable of a secret key becomes that text instead of missing."""
     if isinstance(value, dict):
         return {
-            k: _expand(v, f"{key}.{k}" if key else str(k), env, missing) for k, v in value.items()
+            k: _expand(v, f"{key}.{k}" if key else str(k), env, missing, stand_in)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_expand(v, f"{key}[{i}]", env, missing) for i, v in enumerate(value)]
+        return [_expand(v, f"{key}[{i}]", env, missing, stand_in) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -290,6 +295,8 @@ def _expand(value: Any, key: str, env: dict[str, str], missing: dict[str, str]) 
             return env[name]
         if default is not None:
             return default
+        if stand_in is not None and key.rsplit(".", 1)[-1] in _SECRET_KEYS:
+            return stand_in
         missing.setdefault(key, name)
         return ""
 
@@ -318,11 +325,20 @@ def _lookup(tree: Any, loc: tuple[Any, ...]) -> Any:
 _SECRET_KEYS = {"api_key", "token", "webhook_secret"}  # their values never appear in a message
 
 
-def parse_config(raw: dict[str, Any], path: Path, env: dict[str, str] | None = None) -> Config:
-    """Validate an already-parsed YAML mapping; errors name `path`, the key and the value."""
+def parse_config(
+    raw: dict[str, Any],
+    path: Path,
+    env: dict[str, str] | None = None,
+    *,
+    secret_stand_in: str | None = None,
+) -> Config:
+    """Validate an already-parsed YAML mapping; errors name `path`, the key and the value.
+
+    `secret_stand_in` replaces secrets whose variable is unset, for commands that never use them."""
     missing: dict[str, str] = {}
     raw = {"state_dir": str(default_state_dir()), **raw}
-    expanded = _expand(raw, "", dict(os.environ) if env is None else env, missing)
+    env = dict(os.environ) if env is None else env
+    expanded = _expand(raw, "", env, missing, secret_stand_in)
     try:
         config = Config.model_validate({**expanded, "source": path})
     except ValidationError as exc:
@@ -421,14 +437,22 @@ def require_api_key(config: Config) -> None:
 
 
 def load_config(
-    path: Path | None = None, env: dict[str, str] | None = None, *, must_exist: bool = False
+    path: Path | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    must_exist: bool = False,
+    secret_stand_in: str | None = None,
 ) -> Config:
-    """Read and validate the config file; a missing file gives the defaults unless `must_exist`."""
+    """Read and validate the config file; a missing file gives the defaults unless `must_exist`.
+
+    `secret_stand_in`: see parse_config."""
     path = (path or default_config_path()).expanduser()
     if must_exist and not path.exists():
         raise ConfigError(f"{path}: no such config file", path=str(path))
     if not path.exists():
-        return parse_config({"workspace": str(default_workspace())}, path, env)
+        return parse_config(
+            {"workspace": str(default_workspace())}, path, env, secret_stand_in=secret_stand_in
+        )
     try:
         text = path.read_text(encoding="utf-8")
         raw = yaml.safe_load(text) or {}
@@ -445,7 +469,7 @@ def load_config(
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
     raw.setdefault("workspace", str(default_workspace()))
-    return parse_config(raw, path, env)
+    return parse_config(raw, path, env, secret_stand_in=secret_stand_in)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -49,6 +49,29 @@ async def test_init_writes_templates_and_never_overwrites(tmp_path: Path) -> Non
     assert (workspace / "SOUL.md").read_text() == "my own soul"
 
 
+async def test_init_with_a_channel_enabled_before_its_token_is_set(tmp_path: Path) -> None:
+    """init on a config with Telegram enabled works while the token's variable is still unset."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / "config.yaml"
+    example = Path(__file__).parent.parent / "deploy/config.example.yaml"
+    config.write_text(
+        example.read_text().replace(
+            "  telegram:\n    enabled: false", "  telegram:\n    enabled: true"
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_TOKEN", "_API_KEY"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "init", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**env, "MEMGATE_HOME": str(home)},
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    assert (home / "workspace/AGENTS.md").is_file()
+    assert "${TELEGRAM_BOT_TOKEN}" in config.read_text()
+
+
 async def test_chat_message_status_and_memory_commands(tmp_path: Path, fake_llm: FakeLLM) -> None:
     """chat -m prints the model's reply; status and memory show/log/restore work on the files."""
     home = tmp_path / "home"

@@ -8,6 +8,7 @@ as a bad token).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import html
 import itertools
@@ -396,3 +397,57 @@ async def start_fake_telegram(host: str = "127.0.0.1") -> tuple[FakeTelegram, we
     fake.url = f"http://{host}:{port}/bot"
     fake.file_url = f"http://{host}:{port}/file/bot"
     return fake, runner
+
+
+def control_routes(fake: FakeTelegram) -> list[web.RouteDef]:
+    """What a test outside this process uses: send a private message, read what the bot sent and
+    which methods it called (a sendChatAction says a reply is being written)."""
+
+    async def send(request: web.Request) -> web.Response:
+        user = int(request.query.get("user_id", "42"))
+        update_id = fake.message(request.query["text"], chat_id=user, user_id=user)
+        return web.json_response({"update_id": update_id})
+
+    async def sent(request: web.Request) -> web.Response:
+        delivered = [{"chat_id": p.get("chat_id"), "text": p.get("plain")} for p in fake.sent()]
+        return web.json_response(delivered)
+
+    async def calls(request: web.Request) -> web.Response:
+        return web.json_response([call.method for call in fake.calls])
+
+    return [
+        web.post("/ctl/message", send),
+        web.get("/ctl/sent", sent),
+        web.get("/ctl/calls", calls),
+    ]
+
+
+def main() -> None:
+    """`python -m tests.fakes.telegram_api --port N`: the fake as a server of its own (e.g. a unit
+    beside memgate under systemd), token TOKEN, with the control routes under /ctl/."""
+    parser = argparse.ArgumentParser(description="Fake Telegram Bot API for trying memgate")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081)
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        fake = FakeTelegram()
+        app = fake.app()
+        app.add_routes(control_routes(fake))
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        await web.TCPSite(runner, args.host, args.port).start()
+        print(f"fake Telegram on http://{args.host}:{args.port}/bot", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
