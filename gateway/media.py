@@ -19,6 +19,7 @@ from typing import Protocol
 
 from gateway.audio import audio_seconds, format_duration
 from gateway.bus import InboundMessage
+from gateway.commands import format_size
 from gateway.config import MediaConfig
 from gateway.documents import READABLE_SUFFIXES, DocumentReadError, document_text
 from gateway.errors import TranscriptionError
@@ -210,4 +211,4 @@ def _note_for(text: str, relative: str) -> str:
 
 
 def _mb(size: int) -> str:
-    return f"{size / 1e6:.0f} MB"
+    return format_size(size).replace(".0 ", " ")

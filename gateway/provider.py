@@ -103,7 +103,7 @@ VisionMode = bool | Literal["auto"]
 # Model names that take image parts, as OpenAI, Anthropic, Google, Mistral and Ollama spell them.
 _VISION_MODELS = re.compile(
     r"gpt-4o|gpt-4\.1|gpt-4-turbo|gpt-5|\bo[134]\b|claude|gemini|gemma-?3|llava|vision|[-.]vl\b"
-    r"|-vl-|pixtral|minicpm-v|moondream|llama-?4|mistral-(small|medium)",
+    r"|-vl-|\dvl\b|pixtral|minicpm-v|moondream|llama-?4|mistral-(small|medium)",
     re.IGNORECASE,
 )
 # How servers say a model cannot see images: OpenAI ("image_url is only supported by certain
