@@ -6,13 +6,14 @@ a channel names them; the agent runs against the fake LLM.
 
 from __future__ import annotations
 
+import json
 import wave
 from pathlib import Path
 
 from gateway.audio import audio_seconds, format_duration
 from gateway.bus import InboundMessage
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, image_parts, last_user_text
+from tests.fakes.llm import FakeLLM, consolidation_prompt, image_parts, last_user_text, text
 from tests.samples import jpeg, ogg_opus
 
 
@@ -125,6 +126,23 @@ async def test_a_path_outside_media_is_not_read(
         await runtime.agent.handle(message)
     [request] = fake_llm.chat_requests()
     assert last_user_text(request) == "[file: memory/MEMORY.md]"
+
+
+async def test_consolidation_sees_transcripts_and_captions_not_files(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """After /new the consolidation prompt has the transcript and the caption, no image data."""
+    fake_llm.transcripts.append(text("buy oat milk on the way home"))
+    async with make_runtime() as runtime:
+        workspace = runtime.config.workspace
+        await runtime.agent.handle(attach(workspace, "V.oga", ogg_opus(3), "voice"))
+        await runtime.agent.handle(attach(workspace, "p.jpg", jpeg(300, 200), "image", "my desk"))
+        await runtime.agent.handle(inbound("/new"))
+        await runtime.consolidator.wait_idle()
+    [request] = fake_llm.consolidation_requests()
+    prompt = consolidation_prompt(request)
+    assert "buy oat milk on the way home" in prompt and "my desk" in prompt
+    assert "base64" not in json.dumps(request) and image_parts(request) == []
 
 
 def test_durations_of_ogg_and_wav(tmp_path: Path) -> None:
