@@ -31,6 +31,10 @@ def image_data_url(path: Path, max_side: int) -> tuple[str, tuple[int, int]]:
             if max(opened.size) <= max_side and source_format in _PASSED:
                 data = path.read_bytes()
                 return _url(_PASSED[source_format], data), opened.size
+            # A JPEG can be decoded at 1/2, 1/4 or 1/8 scale directly: far less work for a phone
+            # photo than decoding every pixel and throwing most away.
+            scale = max_side / max(opened.size)
+            opened.draft("RGB", (round(opened.width * scale), round(opened.height * scale)))
             # Phones store the camera's orientation apart from the pixels; apply it first.
             image = ImageOps.exif_transpose(opened)
             image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
