@@ -14,7 +14,7 @@ from gateway.audio import audio_seconds, format_duration
 from gateway.bus import InboundMessage
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, consolidation_prompt, image_parts, last_user_text, text
-from tests.samples import jpeg, ogg_opus
+from tests.samples import jpeg, ogg_opus, pdf
 
 
 def attach(workspace: Path, name: str, data: bytes, kind: str, text: str = "") -> InboundMessage:
@@ -97,6 +97,21 @@ async def test_text_document_is_given_with_its_name(
         await runtime.agent.handle(message)
     asked = last_user_text(fake_llm.chat_requests()[0])
     assert "--- tea.csv ---\nname,cups\nalice,3\nbob,1\n--- end of tea.csv ---" in asked
+
+
+async def test_pdf_without_text_is_named_with_the_reason(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A PDF with no text layer (a scan) is named with the reason; the caption is still answered."""
+    async with make_runtime() as runtime:
+        message = attach(runtime.config.workspace, "scan.pdf", pdf(["", ""]), "file", "read it")
+        reply = await runtime.agent.handle(message)
+    assert reply is not None and not reply.failed
+    asked = last_user_text(fake_llm.chat_requests()[0])
+    assert asked == (
+        "[file: media/test/42/scan.pdf, could not be read: the PDF has no text layer (a scan?)]"
+        "\nread it"
+    )
 
 
 async def test_document_is_cut_to_its_share_of_the_budget(
