@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from gateway.commands import COMMANDS, HELP_TEXT, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
+from gateway.media import MediaReader, PreparedMessage
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
 from gateway.tools import ToolBox, ToolRegistry
@@ -77,6 +78,7 @@ class AgentLoop:
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
         budget: PromptBudget | None = None,
+        media: MediaReader | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -89,6 +91,7 @@ class AgentLoop:
         self.keeper = keeper
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
+        self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -220,8 +223,12 @@ class AgentLoop:
         if stored is not None:
             # Stored, then the process died before any answer: answer it now, storing it once.
             log.info("answering a message interrupted by a restart session=%s", message.key)
-        else:
-            user: dict[str, Any] = {"role": "user", "content": message.text}
+        prepared = (
+            await self.media.prepare(message) if self.media else PreparedMessage(message.text)
+        )
+        if stored is None:
+            # The session keeps the text (transcripts, document text, file paths), never pixels.
+            user: dict[str, Any] = {"role": "user", "content": prepared.text}
             if message.sender_id:
                 user["sender"] = message.sender_id
             if message.sender_name:
@@ -232,11 +239,16 @@ class AgentLoop:
             if message.is_group or not trusted:
                 session.group = True  # a group's or a guest's words stay out of MEMORY.md
             await self.sessions.add_messages(session, [user])
+        if not prepared.answerable:
+            # Only files we could not read (a failed transcription): nothing to ask the model.
+            return "\n".join(prepared.notices)
 
         scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
         tools = self.tools.for_scope(scope)
         system = await self.context.system_prompt(scope)
-        current = {"role": "user", "content": self.context.user_content(message)}
+        current = _current_message(
+            self.context.user_content(replace(message, text=prepared.text)), prepared.images
+        )
         schemas = tools.schemas()
         system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
         fixed = system_tokens + await self._count_fixed(json.dumps(schemas, ensure_ascii=False))
@@ -261,7 +273,8 @@ class AgentLoop:
             current,
         ]
         try:
-            return await self._tool_loop(session, messages, tools, stats)
+            answer = await self._tool_loop(session, messages, tools, stats)
+            return "\n\n".join([*prepared.notices, answer]) if answer else answer
         finally:
             if self.keeper is not None:
                 self.keeper.after_turn(session, system_tokens)
@@ -354,6 +367,15 @@ def _stored_at(session: Session, message_id: str) -> int | None:
         if message.get("role") == "user" and message.get("message_id") == message_id:
             return index
     return None
+
+
+def _current_message(text: str, images: tuple[str, ...]) -> dict[str, Any]:
+    """The user message this turn answers; with images, OpenAI's content parts (this turn only)."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    return {"role": "user", "content": parts}
 
 
 def _for_storage(message: dict[str, Any]) -> dict[str, Any]:

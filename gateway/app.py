@@ -19,8 +19,16 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
+from gateway.media import MediaReader
 from gateway.metrics import Metrics
-from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
+from gateway.provider import (
+    ChatProvider,
+    OpenAIEmbedder,
+    OpenAIProvider,
+    OpenAITranscriber,
+    ToolSupport,
+    VisionSupport,
+)
 from gateway.state import check_apart, index_path, move_workspace_state
 from gateway.tools import Tool, ToolBox
 from memory.budget import PromptBudget
@@ -166,7 +174,11 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
         yield search
 
 
-def make_provider(config: Config, tool_support: ToolSupport | None = None) -> OpenAIProvider:
+def make_provider(
+    config: Config,
+    tool_support: ToolSupport | None = None,
+    vision_support: VisionSupport | None = None,
+) -> OpenAIProvider:
     llm = config.llm
     return OpenAIProvider(
         base_url=llm.base_url,
@@ -177,6 +189,20 @@ def make_provider(config: Config, tool_support: ToolSupport | None = None) -> Op
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
         tool_support=tool_support or ToolSupport(llm.tools),
+        vision_support=vision_support or VisionSupport(llm.vision, llm.model),
+    )
+
+
+def make_transcriber(config: Config) -> OpenAITranscriber | None:
+    """The speech-to-text client of `llm.transcription`, by default on the chat endpoint."""
+    settings = config.llm.transcription
+    if settings is None:
+        return None
+    return OpenAITranscriber(
+        base_url=settings.base_url or config.llm.base_url,
+        api_key=config.llm.api_key if settings.api_key is None else settings.api_key,
+        model=settings.model,
+        timeout=settings.timeout,
     )
 
 
@@ -211,12 +237,13 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
         summarizer: ChatProvider
         tool_support = ToolSupport(config.llm.tools)
+        vision_support = VisionSupport(config.llm.vision, config.llm.model)
         if provider is None:
             # Two clients, two connection pools: a consolidation call held open for minutes
             # never takes the warm connection a reply is about to need. One tool switch.
             provider, summarizer = (
-                make_provider(config, tool_support),
-                make_provider(config, tool_support),
+                make_provider(config, tool_support, vision_support),
+                make_provider(config, tool_support, vision_support),
             )
             stack.push_async_callback(provider.close)
             stack.push_async_callback(summarizer.close)
@@ -244,6 +271,11 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             compactor=compactor,
             failure_report=config.state_dir / FAILURE_REPORT,
         )
+        transcriber = make_transcriber(config)
+        if transcriber is not None:
+            stack.push_async_callback(transcriber.close)
+        vision = getattr(provider, "vision_support", vision_support)
+        media = MediaReader(config.workspace, config.media, budget, vision, transcriber)
         metrics = Metrics()
         metrics.watch_consolidation(
             lambda: consolidator.runs,
@@ -262,6 +294,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             keeper=consolidator,
             observer=metrics,
             budget=budget,
+            media=media,
         )
         group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")

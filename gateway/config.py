@@ -41,6 +41,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+class TranscriptionConfig(_Section):
+    """An OpenAI-compatible /audio/transcriptions endpoint for voice notes and audio files."""
+
+    base_url: str | None = None
+    """Its base URL, ending in /v1; empty: the chat endpoint (llm.base_url)."""
+    api_key: str | None = None
+    """Its API key; empty: llm.api_key."""
+    model: str = "whisper-1"
+    """The speech-to-text model the endpoint knows (whisper-1, gpt-4o-transcribe, a local Whisper)."""
+    timeout: float = Field(120, gt=0)
+    """Seconds per transcription request."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return http_url(value) if value else None
+
+
 class LLMConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     """Any OpenAI-compatible endpoint, ending in /v1 (OpenAI, vLLM, Ollama, LiteLLM, llama.cpp)."""
@@ -61,6 +79,11 @@ class LLMConfig(_Section):
     # auto: offer tools, and stop for this process when the endpoint says the model has none.
     tools: Literal["auto", "on", "off"] = "auto"
     """Tool calling: auto (on, switched off for the process when the endpoint says the model has none), on, or off (plain chat; consolidation asks for JSON text)."""
+    # auto: on for model names known to see images, off for the process when the endpoint refuses.
+    vision: bool | Literal["auto"] = "auto"
+    """Images in the current message go to the model as image parts: true, false, or auto (on for model names known to accept images, switched off for the process with one warning when the endpoint refuses them)."""
+    transcription: TranscriptionConfig | None = TranscriptionConfig()
+    """Speech to text for voice notes and audio files (a section with the keys below); null: audio is saved and named, not transcribed."""
 
     @field_validator("base_url")
     @classmethod
@@ -120,6 +143,21 @@ class MemoryConfig(_Section):
     """Consolidation compacts a MEMORY.md larger than this toward it."""
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
     """Semantic search (a section with the keys below); null: keyword search alone."""
+
+
+class MediaConfig(_Section):
+    """What memgate reads of the files people send, and how much."""
+
+    max_image_side: int = Field(1568, ge=64, le=8192)
+    """Images are downscaled so their longer side is at most this many pixels before the model sees them."""
+    max_document_chars: int = Field(20_000, ge=100)
+    """Characters of a document's text (.txt, .md, .csv, .json, source files, .pdf) given to the model; the rest is cut with a marker."""
+    max_image_bytes: int = Field(10_000_000, ge=1)
+    """Images larger than this many bytes are saved but not shown to the model."""
+    max_audio_bytes: int = Field(25_000_000, ge=1)
+    """Audio larger than this many bytes is saved but not transcribed."""
+    max_document_bytes: int = Field(20_000_000, ge=1)
+    """Documents larger than this many bytes are saved but not read."""
 
 
 class AgentConfig(_Section):
@@ -204,6 +242,8 @@ class Config(_Section):
     """The chat model."""
     memory: MemoryConfig = MemoryConfig()
     """Sessions and consolidation into MEMORY.md and HISTORY.md."""
+    media: MediaConfig = MediaConfig()
+    """Voice notes, images and documents people send."""
     agent: AgentConfig = AgentConfig()
     """The agent loop."""
     channels: ChannelsConfig = ChannelsConfig()
@@ -245,6 +285,7 @@ class Config(_Section):
         values = [self.llm.api_key, self.channels.telegram.token, self.channels.discord.token]
         values.append(self.channels.telegram.webhook_secret or "")
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
+        values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
         return [v for v in values if len(v) >= 6]
 
 

@@ -53,6 +53,9 @@ ANSWERING = """\
 - Be concise and direct. Use Markdown sparingly; it is rendered by the chat platform.
 - Each user message starts with a runtime block (time, channel, sender). It is metadata from
   memgate, not an instruction from the person.
+- Files the person sent are named in their message as `[kind: path]` (paths in the workspace). A
+  voice note arrives as its transcript, a document as its text between `--- name ---` lines, an
+  image (when you can see images) attached to that message only.
 """
 
 RUNTIME_OPEN = "[memgate runtime context: metadata, not instructions]"

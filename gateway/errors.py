@@ -3,6 +3,7 @@
 MemgateError
 ├── ConfigError            bad or missing configuration (exit status 78)
 ├── WorkspaceLockedError   another gateway holds the workspace
+├── TranscriptionError     speech to text failed (the message is kept without a transcript)
 └── LLMError               the chat model could not answer
     ├── LLMTimeoutError        no answer within llm.timeout
     ├── LLMConnectionError     the endpoint could not be reached
@@ -29,6 +30,10 @@ class ConfigError(MemgateError):
 
 class WorkspaceLockedError(MemgateError):
     """Another memgate process holds the workspace lock."""
+
+
+class TranscriptionError(MemgateError):
+    """The transcription endpoint could not turn an audio file into text; says why, in short."""
 
 
 class LLMError(MemgateError):

@@ -26,6 +26,7 @@ from gateway.errors import (
     LLMStatusError,
     LLMTimeoutError,
     LLMToolsUnsupportedError,
+    TranscriptionError,
 )
 from memory.errors import EmbeddingError
 
@@ -97,6 +98,70 @@ class ToolSupport:
         return True
 
 
+VisionMode = bool | Literal["auto"]
+
+# Model names that take image parts, as OpenAI, Anthropic, Google, Mistral and Ollama spell them.
+_VISION_MODELS = re.compile(
+    r"gpt-4o|gpt-4\.1|gpt-4-turbo|gpt-5|\bo[134]\b|claude|gemini|gemma-?3|llava|vision|[-.]vl\b"
+    r"|-vl-|\dvl\b|pixtral|minicpm-v|moondream|llama-?4|mistral-(small|medium)",
+    re.IGNORECASE,
+)
+# How servers say a model cannot see images: OpenAI ("image_url is only supported by certain
+# models"), vLLM ("is not a multimodal model"), Ollama, llama.cpp (no mmproj), DeepSeek's parser.
+_IMAGES_REFUSED = re.compile(
+    r"image_url is only supported|(does not|doesn't) support (images?|image input|vision)"
+    r"|not a multimodal model|image input is not supported|unknown variant `image_url`"
+    r"|missing data required for image input|images? (is|are) not supported",
+    re.IGNORECASE,
+)
+
+
+class VisionSupport:
+    """Whether the current message may carry images: `llm.vision`, and in `auto` what we learnt.
+
+    Like `ToolSupport`, one instance per process: the first refusal switches images off for every
+    later turn, with one warning.
+    """
+
+    def __init__(self, mode: VisionMode = "auto", model: str = "") -> None:
+        self.mode = mode
+        self.enabled = mode is True or (mode == "auto" and bool(_VISION_MODELS.search(model)))
+
+    def refused(self, model: str) -> bool:
+        """The endpoint refused image parts; True if we switched them off (mode `auto`)."""
+        if self.mode != "auto":
+            return False
+        if self.enabled:
+            self.enabled = False
+            log.warning(
+                "model does not accept images; continuing without them for this process "
+                "(set llm.vision: false to skip this check) model=%s",
+                model,
+            )
+        return True
+
+
+def has_images(messages: list[dict[str, Any]]) -> bool:
+    """True if any message carries an image content part."""
+    return any(
+        isinstance(m.get("content"), list)
+        and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
+        for m in messages
+    )
+
+
+def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with image parts dropped; their text (which names each file) stays."""
+    plain = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            message = {**message, "content": "\n\n".join(t for t in texts if t)}
+        plain.append(message)
+    return plain
+
+
 def endpoint_of(base_url: str) -> str:
     """host:port of a base URL, for messages (never the path or credentials in it)."""
     parts = urlsplit(base_url)
@@ -122,10 +187,12 @@ class OpenAIProvider:
         temperature: float = 0.7,
         max_tokens: int = 4096,
         tool_support: ToolSupport | None = None,
+        vision_support: VisionSupport | None = None,
     ) -> None:
         self.model = model
         self.endpoint = endpoint_of(base_url)
         self.tool_support = tool_support or ToolSupport()
+        self.vision_support = vision_support or VisionSupport(model=model)
         self._api_key = api_key
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -151,9 +218,10 @@ class OpenAIProvider:
 
         When the endpoint answers that the model cannot call tools, a plain reply (no
         `tool_choice`) is asked again without them; a call that insists on a tool (consolidation)
-        gets LLMToolsUnsupportedError, so it can ask for its answer as text instead.
+        gets LLMToolsUnsupportedError, so it can ask for its answer as text instead. Image parts
+        refused by the endpoint (`llm.vision: auto`) are dropped and the request sent again.
         """
-        for attempt in range(4):  # at most one adaptation per refused parameter
+        for attempt in range(5):  # at most one adaptation per refused parameter
             kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
             kwargs[self._limit_key] = self.max_tokens
             if self._send_temperature:
@@ -166,6 +234,11 @@ class OpenAIProvider:
             try:
                 return await self._post(kwargs)
             except LLMStatusError as exc:
+                if _IMAGES_REFUSED.search(str(exc)) and has_images(messages):
+                    if not self.vision_support.refused(self.model):
+                        raise
+                    messages = without_images(messages)
+                    continue
                 if sends_tools and _TOOLS_REFUSED.search(str(exc)):
                     switched = self.tool_support.refused(self.model)
                     if not switched or tool_choice is not None:
@@ -173,7 +246,7 @@ class OpenAIProvider:
                             str(exc), exc.status or 400, model=self.model, endpoint=self.endpoint
                         ) from exc
                     continue
-                if attempt == 3 or not self._adapt(exc):
+                if attempt == 4 or not self._adapt(exc):
                     raise
         raise AssertionError("unreachable")
 
@@ -275,6 +348,45 @@ class OpenAIEmbedder:
             raise EmbeddingError(f"{type(exc).__name__}: {exc}") from exc
         ordered = sorted(answer.data, key=lambda item: item.index)
         return [list(item.embedding) for item in ordered]
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class OpenAITranscriber:
+    """Speech to text through the openai SDK against any OpenAI-compatible transcriptions endpoint."""
+
+    def __init__(self, *, base_url: str, api_key: str, model: str, timeout: float = 120) -> None:
+        self.model = model
+        self.endpoint = endpoint_of(base_url)
+        self._api_key = api_key
+        self._timeout = timeout
+        # No retries: a voice note that failed is kept and named; the person can send it again.
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
+        )
+
+    async def transcribe(self, filename: str, data: bytes) -> str:
+        """The text spoken in one audio file (the SDK sends it as multipart, as OpenAI expects)."""
+        try:
+            async with asyncio.timeout(self._timeout + 5):
+                answer = await self._client.audio.transcriptions.create(
+                    model=self.model, file=(filename, data)
+                )
+        except TimeoutError as exc:
+            raise TranscriptionError(f"no answer within {self._timeout:.0f}s") from exc
+        except openai.APIConnectionError as exc:
+            raise TranscriptionError(f"could not reach {self.endpoint}") from exc
+        except openai.APIStatusError as exc:
+            raise TranscriptionError(self._redact(_status_text(exc))) from exc
+        except (openai.OpenAIError, ValueError) as exc:
+            raise TranscriptionError(f"unusable answer: {type(exc).__name__}") from exc
+        return scrub(answer.text or "").strip()
+
+    def _redact(self, text: str) -> str:
+        if len(self._api_key) >= 6:
+            text = text.replace(self._api_key, "***")
+        return _KEY_LIKE.sub("***", text)
 
     async def close(self) -> None:
         await self._client.close()

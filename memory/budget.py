@@ -37,7 +37,7 @@ class Counter(Protocol):
 
 @dataclass(frozen=True)
 class Part:
-    """A named text of the fixed prompt (a bootstrap file, MEMORY.md, the daily note)."""
+    """A named text of the prompt (a bootstrap file, MEMORY.md, the daily note, a document)."""
 
     name: str
     text: str
@@ -136,19 +136,31 @@ class PromptBudget:
         capped = []
         for part in parts:
             share, size = shares[part.name], sizes[part.name]
-            if size <= share:
-                capped.append(part)
-                continue
-            kept = self.counter.truncate(part.text, max(0, share - _MARKER_TOKENS))
-            log.warning(
-                "prompt file over its share, cut file=%s tokens=%d share=%d", part.name, size, share
-            )
-            marker = (
-                f"\n\n[... memgate cut {part.name} here to fit the model's context: "
-                f"{len(part.text) - len(kept)} of {len(part.text)} characters not shown]"
-            )
-            capped.append(Part(part.name, kept + marker))
+            if size > share:
+                log.warning(
+                    "prompt file over its share, cut file=%s tokens=%d share=%d",
+                    part.name,
+                    size,
+                    share,
+                )
+            capped.append(self.cap_text(part, share, size))
         return capped
+
+    def cap_text(self, part: Part, share: int, size: int | None = None) -> Part:
+        """The part cut to `share` tokens with a marker naming it, or the part itself if it fits.
+
+        Also what a document's extracted text goes through before it joins the current message.
+        """
+        if size is None:
+            size = self.counter.count(part.text)
+        if size <= share:
+            return part
+        kept = self.counter.truncate(part.text, max(0, share - _MARKER_TOKENS))
+        marker = (
+            f"\n\n[... memgate cut {part.name} here to fit the model's context: "
+            f"{len(part.text) - len(kept)} of {len(part.text)} characters not shown]"
+        )
+        return Part(part.name, kept + marker)
 
 
 def allocate(sizes: dict[str, int], room: int) -> dict[str, int]:

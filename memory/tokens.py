@@ -145,11 +145,25 @@ class TokenCounter:
         return self._encoding.decode_bytes(encoded[:tokens]).decode("utf-8", errors="ignore")
 
     def count_message(self, message: dict[str, Any]) -> int:
-        """Tokens one chat message adds to a prompt (content, tool calls, overhead)."""
-        return self.count(message_text(message)) + MESSAGE_OVERHEAD
+        """Tokens one chat message adds to a prompt (content, tool calls, images, overhead)."""
+        return self.count(message_text(message)) + MESSAGE_OVERHEAD + image_tokens(message)
 
     def count_tools(self, tools: list[dict[str, Any]]) -> int:
         return self.count(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+
+# What one image part costs a vision model, taken generously: a 1568-px image is about 1,600
+# tokens for Claude and under 1,200 in OpenAI's high detail. No tokenizer sees pixels.
+IMAGE_TOKENS = 1600
+
+
+def image_tokens(message: dict[str, Any]) -> int:
+    """Tokens of a message's image parts (none for plain text)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return 0
+    images = [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return IMAGE_TOKENS * len(images)
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -200,6 +200,9 @@ def model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
         if field.exclude:
             continue
         annotation = field.annotation
+        if isinstance(field.default, BaseModel):
+            # A section that is on by default (even one `null` turns off) lists its keys.
+            annotation = type(field.default)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             keys |= model_keys(annotation, f"{prefix}{name}.")
         else:

@@ -13,6 +13,8 @@ OWNERS = {
     "discord": "channels/discord.py",
     "tiktoken": "memory/tokens.py",
     "yaml": "gateway/config.py",
+    "PIL": "gateway/images.py",
+    "pypdf": "gateway/documents.py",
 }
 
 

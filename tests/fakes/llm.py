@@ -4,6 +4,8 @@ It records every request and answers from a script: text, tool calls, HTTP error
 open until the test releases them, and streaming. With no script it echoes the last user message, so
 `python -m tests.fakes.llm --port 8000` gives a new user something to point `memgate chat` at.
 `/v1/embeddings` answers with vectors computed from the input text itself (see `embed_text`).
+`/v1/audio/transcriptions` reads the multipart upload the SDK sends and answers from a script of
+transcripts (or an error); `image_parts` lists the images a chat request carried.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 Reply = dict[str, Any]
@@ -78,6 +81,20 @@ def last_user_text(body: dict[str, Any]) -> str:
                 content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
             return str(content or "").rpartition("[end of runtime context]\n\n")[2]
     return ""
+
+
+def image_parts(body: dict[str, Any]) -> list[str]:
+    """The image URLs (data URLs) of a chat request, in order."""
+    urls = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            urls += [
+                p["image_url"]["url"]
+                for p in content
+                if isinstance(p, dict) and p.get("type") == "image_url"
+            ]
+    return urls
 
 
 def is_text_consolidation(body: dict[str, Any]) -> bool:
@@ -181,6 +198,10 @@ class FakeLLM:
     embedding_error: Reply | None = None  # e.g. error(500): every embeddings request fails
     # As Ollama serves a model without tool calling: any request offering tools gets a 400.
     tools_unsupported: bool = False
+    # As OpenAI answers for a model without vision: any request with an image part gets a 400.
+    vision_unsupported: bool = False
+    transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
+    transcripts: list[Reply] = field(default_factory=list)  # text(...) or error(...), in order
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
 
@@ -230,6 +251,12 @@ class FakeLLM:
         if self._arrived is not None:
             async with self._arrived:
                 self._arrived.notify_all()
+        if self.vision_unsupported and image_parts(body):
+            return await self._respond(
+                request,
+                body,
+                error(400, "Invalid content type. image_url is only supported by certain models."),
+            )
         if self.tools_unsupported and body.get("tools"):
             model = body.get("model", "fake")
             return await self._respond(
@@ -359,6 +386,26 @@ class FakeLLM:
             }
         )
 
+    async def transcribe(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's transcriptions endpoint: multipart `file` and `model`; JSON `{"text": ...}`."""
+        upload: dict[str, Any] = {}
+        async for part in await request.multipart():
+            if isinstance(part, aiohttp.BodyPartReader) and part.name:
+                data = await part.read()
+                if part.filename:
+                    upload["filename"], upload["file"] = part.filename, bytes(data)
+                else:
+                    upload[part.name] = data.decode()
+        upload["_headers"] = {k.lower(): v for k, v in request.headers.items()}
+        self.transcriptions.append(upload)
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
+        reply = self.transcripts.pop(0) if self.transcripts else text("hello from a voice note")
+        if "error" in reply:
+            return await self._respond(request, upload, reply)
+        return web.json_response({"text": reply["content"]})
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
 
@@ -366,6 +413,7 @@ class FakeLLM:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.handle)
         app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self.transcribe)
         app.router.add_get("/v1/models", self.models)
         return app
 
