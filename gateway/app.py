@@ -19,6 +19,7 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
+from gateway.mcp import McpServers, open_mcp_servers
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
 from gateway.state import check_apart, index_path, move_workspace_state
@@ -49,6 +50,7 @@ class Runtime:
     agent: AgentLoop
     consolidator: Consolidator
     metrics: Metrics
+    mcp: McpServers | None = None
 
 
 class ProviderSummaryModel:
@@ -225,7 +227,10 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
-        tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools)
+        mcp = await stack.enter_async_context(open_mcp_servers(config.tools.mcp_servers))
+        tools = ToolBox(
+            config.workspace, config.state_dir, memory, memory_tools, mcp.tools_by_scope()
+        )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         summary_model = ProviderSummaryModel(
             summarizer, getattr(summarizer, "tool_support", tool_support)
@@ -274,4 +279,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
-        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)
+        yield Runtime(
+            config, memory, sessions, counter, provider, agent, consolidator, metrics, mcp
+        )

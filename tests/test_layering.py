@@ -13,6 +13,9 @@ OWNERS = {
     "discord": "channels/discord.py",
     "tiktoken": "memory/tokens.py",
     "yaml": "gateway/config.py",
+    "mcp": "gateway/mcp.py",
+    "httpx2": "gateway/mcp.py",
+    "jsonschema": "gateway/mcp.py",
 }
 
 
@@ -51,7 +54,7 @@ def test_channels_import_only_the_bus() -> None:
 
 
 def test_each_sdk_is_imported_by_one_module() -> None:
-    """openai, telegram, discord, tiktoken and yaml each have a single owner module."""
+    """openai, telegram, discord, tiktoken, yaml, mcp and its helpers each have one owner module."""
     for package in ("gateway", "channels", "memory"):
         for path in modules(package):
             relative = path.relative_to(ROOT).as_posix()
