@@ -19,7 +19,7 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
-from gateway.mcp import McpServers, open_mcp_servers
+from gateway.mcp import McpServers
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
 from gateway.state import check_apart, index_path, move_workspace_state
@@ -227,7 +227,10 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
-        mcp = await stack.enter_async_context(open_mcp_servers(config.tools.mcp_servers))
+        group = await stack.enter_async_context(asyncio.TaskGroup())
+        mcp = McpServers(config.tools.mcp_servers)
+        stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
+        await mcp.start(group)
         tools = ToolBox(
             config.workspace, config.state_dir, memory, memory_tools, mcp.tools_by_scope()
         )
@@ -268,7 +271,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             observer=metrics,
             budget=budget,
         )
-        group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")
 
         async def stop_consolidation() -> None:

@@ -316,8 +316,10 @@ class Config(_Section):
         values.append(self.channels.telegram.webhook_secret or "")
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         for server in self.tools.mcp_servers.values():
-            values.extend(server.headers.values())
             values.extend(server.env.values())
+            for header in server.headers.values():
+                # "Bearer <token>": the token alone is redacted wherever it shows up.
+                values.extend([header, header.split()[-1] if header.split() else ""])
         return [v for v in values if len(v) >= 6]
 
 

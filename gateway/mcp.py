@@ -13,8 +13,8 @@ import json
 import logging
 import random
 import re
-from collections.abc import AsyncIterator, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from gateway.tools import Tool, ToolError, ToolFunc
 
 log = logging.getLogger(__name__)
 
-# What the model sees of one result: the length a session keeps of any tool result.
+# What the model sees of one result, marker included: no more than a session keeps of any result.
 MAX_RESULT_CHARS = 16_000
 RESTART_FIRST_DELAY = 0.5  # seconds before the first restart of a server that died
 RESTART_MAX_DELAY = 60.0
@@ -113,8 +113,9 @@ def render_result(result: CallToolResult, qualified: str) -> str:
     if result.is_error:
         text = f"Error: {qualified} reported a failure: {text or '(no details)'}"
     if len(text) > MAX_RESULT_CHARS:
-        cut = len(text) - MAX_RESULT_CHARS
-        text = text[:MAX_RESULT_CHARS] + f"\n[... {cut} characters cut: results are capped]"
+        keep = MAX_RESULT_CHARS - 80  # room for the marker
+        marker = f"\n[... {len(text) - keep} of {len(text)} characters cut: results are capped]"
+        text = text[:keep] + marker
     return text or "(the tool returned nothing)"
 
 
@@ -172,7 +173,7 @@ class McpConnection:
             try:
                 async with AsyncExitStack() as stack:
                     async with asyncio.timeout(self.settings.start_timeout):
-                        client = await stack.enter_async_context(self._connect())
+                        client = await stack.enter_async_context(await self._connect(stack))
                         listed = await self._list_tools(client)
                     if not self._started.is_set():
                         self.tools = offered_tools(self.name, listed, self.settings.allow)
@@ -228,12 +229,15 @@ class McpConnection:
         async with self._changed:
             await self._changed.wait_for(lambda: self.state == state)
 
-    def _connect(self) -> Client:
+    async def _connect(self, stack: AsyncExitStack) -> Client:
         settings = self.settings
         if settings.url is not None:
-            http = httpx2.AsyncClient(
-                headers=settings.headers,
-                timeout=httpx2.Timeout(30.0, read=max(300.0, settings.timeout)),
+            # The transport leaves a client it was given open: the stack closes it, last.
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=settings.headers,
+                    timeout=httpx2.Timeout(30.0, read=max(300.0, settings.timeout)),
+                )
             )
             return Client(streamable_http_client(settings.url, http_client=http))
         assert settings.command is not None  # the config allows one of command or url
@@ -291,8 +295,10 @@ class McpConnection:
         return render_result(result, tool.qualified)
 
     def _lost(self, reason: str) -> None:
+        """Called by the call that found the server gone: `run()` restarts it."""
         if self._client is not None:
-            self.error = reason
+            # Set at once: the calls that come before `run()` wakes up see it down too.
+            self.state, self.error = RESTARTING, reason
             self._client = None
             self._broken.set()
 
@@ -309,6 +315,23 @@ class McpServers:
     def __init__(self, servers: dict[str, McpServerConfig]) -> None:
         self.connections = [McpConnection(n, s) for n, s in servers.items() if s.enabled]
         self.disabled = [name for name, settings in servers.items() if not settings.enabled]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, group: asyncio.TaskGroup) -> None:
+        """Start every server in parallel in `group`; return once each is up or has failed.
+
+        Each start is bounded by its server's `start_timeout`, so this is too.
+        """
+        if self._tasks:
+            raise RuntimeError("the MCP servers are already started")
+        self._tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in self.connections]
+        await asyncio.gather(*(c.started() for c in self.connections))
+
+    async def stop(self) -> None:
+        """Close every connection (a stdio server's process is ended by the SDK)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def connection(self, name: str) -> McpConnection:
         return next(c for c in self.connections if c.name == name)
@@ -339,15 +362,10 @@ def _caller(connection: McpConnection, remote: RemoteTool) -> ToolFunc:
     return run
 
 
-@asynccontextmanager
-async def open_mcp_servers(servers: dict[str, McpServerConfig]) -> AsyncIterator[McpServers]:
-    """Start every enabled server in parallel, each within its start timeout; stop them on exit."""
-    manager = McpServers(servers)
+async def probe(name: str, settings: McpServerConfig) -> McpConnection:
+    """Start one server, list its tools and stop it again (for `memgate doctor`)."""
+    servers = McpServers({name: settings})
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in manager.connections]
-        try:
-            await asyncio.gather(*(c.started() for c in manager.connections))
-            yield manager
-        finally:
-            for task in tasks:
-                task.cancel()
+        await servers.start(group)
+        await servers.stop()
+    return servers.connection(name)

@@ -14,6 +14,8 @@ import asyncio
 import base64
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -69,6 +71,44 @@ def whoami(ctx: Context) -> str:
     if headers is not None:
         return str(headers.get("authorization", ""))
     return os.environ.get("FAKE_MCP_SECRET", "")
+
+
+def stdio_server(**extra: object) -> dict[str, object]:
+    """A `tools.mcp_servers` entry that runs this server over stdio with this interpreter."""
+    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", "stdio"], **extra}
+
+
+@asynccontextmanager
+async def serve_http(port: int) -> AsyncIterator[str]:
+    """Run this server over streamable HTTP on 127.0.0.1:`port`; yields its URL once it listens."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.fakes.mcp_server",
+        "http",
+        "--port",
+        str(port),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:  # the condition: the port accepts a connection
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    if process.returncode is not None:
+                        raise RuntimeError("the fake MCP server exited at start") from None
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
 
 
 def main() -> None:
