@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.types import Tool as McpTool
 
 from gateway.app import Runtime
-from gateway.mcp import RESTARTING, UP, McpServers
+from gateway.mcp import RESTARTING, UP, McpServers, offered_tools
 from tests.conftest import RuntimeFactory, free_port, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import serve_http, stdio_server
@@ -214,3 +215,34 @@ async def test_arguments_are_checked_against_the_schema_before_the_call(
         await runtime.agent.handle(inbound("add"))
     [result] = tool_results(fake_llm.chat_requests()[-1])
     assert result.startswith("Error: a: 'two' is not of type 'integer'")
+
+
+def test_malformed_or_unusable_tools_are_skipped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bad schema, a non-object schema or an unusable name leaves that tool out, with a warning."""
+    listed = [
+        McpTool(name="good", input_schema={"type": "object", "properties": {}}),
+        McpTool(name="bad", input_schema={"type": "object", "properties": {"x": {"type": 5}}}),
+        McpTool(name="flat", input_schema={"type": "string"}),
+        McpTool(name="has space", input_schema={"type": "object"}),
+    ]
+    with caplog.at_level(logging.WARNING, logger="gateway.mcp"):
+        tools = offered_tools("srv", listed, allow=None)
+    assert [t.qualified for t in tools] == ["srv__good"]
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "malformed schema server=srv tool=bad" in warned
+    assert "not an object server=srv tool=flat" in warned
+    assert "name unusable server=srv tool='has space'" in warned
+
+
+async def test_a_server_that_never_answers_fails_within_its_start_timeout(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A server that starts but never speaks is given up after start_timeout; memgate answers."""
+    config = servers(mute={"command": "sleep", "args": ["60"], "start_timeout": 0.5})
+    async with make_runtime(config) as runtime:
+        [mute] = mcp_of(runtime).connections
+        assert mute.state == "failed" and mute.error == "no answer within 0.5 s"
+        reply = await runtime.agent.handle(inbound("hello"))
+        assert reply is not None and reply.text == "echo: hello"
