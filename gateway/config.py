@@ -205,7 +205,7 @@ class McpServerConfig(_Section):
     args: list[str] = []
     """stdio: its arguments."""
     env: dict[str, str] = {}
-    """stdio: environment variables added to memgate's own (values are treated as secrets)."""
+    """stdio: its environment variables; of memgate's own it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER (values are treated as secrets)."""
     cwd: Path | None = None
     """stdio: the folder it runs in; null: memgate's own."""
     url: str | None = None

@@ -246,3 +246,20 @@ async def test_a_server_that_never_answers_fails_within_its_start_timeout(
         assert mute.state == "failed" and mute.error == "no answer within 0.5 s"
         reply = await runtime.agent.handle(inbound("hello"))
         assert reply is not None and reply.text == "echo: hello"
+
+
+async def test_a_stdio_server_gets_its_own_env_and_none_of_memgates_secrets(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable of memgate's environment does not reach the server; one from `env` does."""
+    monkeypatch.setenv("FAKE_MCP_SECRET", "memgate-own-secret")
+    config = servers(
+        plain=stdio_server(), given=stdio_server(env={"FAKE_MCP_SECRET": "given-to-server"})
+    )
+    async with make_runtime(config) as runtime:
+        fake_llm.push(tool_call("plain__whoami", {}, call_id="c1"))
+        fake_llm.push(tool_call("given__whoami", {}, call_id="c2"))
+        fake_llm.push(text("ok"))
+        await runtime.agent.handle(inbound("who?"))
+    plain, given = tool_results(fake_llm.chat_requests()[-1])
+    assert "memgate-own-secret" not in plain and given == "given-to-server"
