@@ -19,6 +19,7 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.lock import WorkspaceLock
+from gateway.mcp import McpServers
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
 from gateway.provider import (
@@ -57,6 +58,7 @@ class Runtime:
     agent: AgentLoop
     consolidator: Consolidator
     metrics: Metrics
+    mcp: McpServers | None = None
 
 
 class ProviderSummaryModel:
@@ -252,7 +254,13 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
-        tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools)
+        group = await stack.enter_async_context(asyncio.TaskGroup())
+        mcp = McpServers(config.tools.mcp_servers)
+        stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
+        await mcp.start(group)
+        tools = ToolBox(
+            config.workspace, config.state_dir, memory, memory_tools, mcp.tools_by_scope()
+        )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         summary_model = ProviderSummaryModel(
             summarizer, getattr(summarizer, "tool_support", tool_support)
@@ -296,7 +304,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             budget=budget,
             media=media,
         )
-        group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")
 
         async def stop_consolidation() -> None:
@@ -307,4 +314,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
-        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)
+        yield Runtime(
+            config, memory, sessions, counter, provider, agent, consolidator, metrics, mcp
+        )

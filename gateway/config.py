@@ -14,7 +14,14 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.errors import ConfigError
 from memory.fileio import atomic_write
@@ -229,6 +236,72 @@ class HealthConfig(_Section):
         return None if value is None else host_port(value)
 
 
+# `<server>__<tool>` must stay a valid function name for every OpenAI-compatible endpoint.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
+
+
+class McpServerConfig(_Section):
+    """One MCP server: a command run over stdio, or a streamable HTTP URL."""
+
+    command: str | None = None
+    """stdio: the program to run (e.g. npx, uvx, python); give this or url."""
+    args: list[str] = []
+    """stdio: its arguments."""
+    env: dict[str, str] = {}
+    """stdio: its environment variables; of memgate's own it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER (values are treated as secrets)."""
+    cwd: Path | None = None
+    """stdio: the folder it runs in; null: memgate's own."""
+    url: str | None = None
+    """Streamable HTTP: the server's endpoint, e.g. http://127.0.0.1:8000/mcp; give this or command."""
+    headers: dict[str, str] = {}
+    """HTTP: headers sent with every request, e.g. Authorization (values are treated as secrets)."""
+    enabled: bool = True
+    """false: keep the entry but do not start the server."""
+    timeout: float = Field(30, gt=0, le=3600)
+    """Seconds one tool call may take; past it the model is told the call timed out."""
+    start_timeout: float = Field(20, gt=0, le=600)
+    """Seconds the server gets to start and list its tools; past it memgate runs without it."""
+    scopes: list[Literal["private", "group"]] = ["private"]
+    """Chats offered its tools: private (the owner's DMs and the terminal) and/or group (groups and guests)."""
+    allow: list[str] | None = None
+    """Tool names (the server's own, without the prefix) to offer; null: all of them."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value)
+
+    @field_validator("cwd", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser()
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (stdio) or url (streamable HTTP), not both")
+        if self.url is not None and (self.args or self.env or self.cwd):
+            raise ValueError("args, env and cwd belong to a command server, not a url one")
+        if self.command is not None and self.headers:
+            raise ValueError("headers belong to a url server, not a command one")
+        return self
+
+
+class ToolsConfig(_Section):
+    mcp_servers: dict[str, McpServerConfig] = {}
+    """MCP servers whose tools the model may call, by name; each tool is offered as `<name>__<tool>`."""
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _SERVER_NAME.match(name) or len(name) > 32:
+                raise ValueError(
+                    f"server name {name!r} must be 1-32 letters, digits, - or single _"
+                )
+        return value
+
+
 class Config(_Section):
     workspace: Path = Path("~/.memgate/workspace")
     """All memory, sessions and media as plain files."""
@@ -250,6 +323,8 @@ class Config(_Section):
     """Chat platforms; `memgate run` needs one enabled."""
     health: HealthConfig = HealthConfig()
     """The health and metrics endpoint."""
+    tools: ToolsConfig = ToolsConfig()
+    """Tools from MCP servers (see README, "Tools from MCP servers")."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """DEBUG, INFO, WARNING or ERROR; DEBUG also prints tracebacks."""
     shutdown_grace: float = Field(10, ge=0, le=600)
@@ -286,6 +361,11 @@ class Config(_Section):
         values.append(self.channels.telegram.webhook_secret or "")
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
+        for server in self.tools.mcp_servers.values():
+            values.extend(server.env.values())
+            for header in server.headers.values():
+                # "Bearer <token>": the token alone is redacted wherever it shows up.
+                values.extend([header, header.split()[-1] if header.split() else ""])
         return [v for v in values if len(v) >= 6]
 
 
@@ -389,7 +469,7 @@ def parse_config(
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"{path}: unknown key {key!r}", path=str(path), key=key) from None
         value = _lookup(raw, loc)
-        secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS
+        secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS or _under_secret_map(loc)
         shown = "" if value is None or isinstance(value, dict) or secret else f" = {value!r}"
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(
@@ -406,6 +486,11 @@ def parse_config(
         )
     _check_relations(config, path)
     return config
+
+
+def _under_secret_map(loc: tuple[Any, ...]) -> bool:
+    """Values of an MCP server's `headers` and `env` are tokens as often as not."""
+    return any(part in ("headers", "env") for part in loc[:-1])
 
 
 def _check_relations(config: Config, path: Path) -> None:
@@ -447,9 +532,12 @@ def _check_relations(config: Config, path: Path) -> None:
 
 
 def _in_disabled_channel(config: Config, key: str) -> bool:
-    """Unset variables under a disabled channel are harmless: the values are never used."""
+    """Unset variables under a disabled channel or MCP server are harmless: never used."""
     for name in ("telegram", "discord"):
         if key.startswith(f"channels.{name}.") and not getattr(config.channels, name).enabled:
+            return True
+    for name, server in config.tools.mcp_servers.items():
+        if key.startswith(f"tools.mcp_servers.{name}.") and not server.enabled:
             return True
     return False
 

@@ -69,6 +69,11 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
         section = _section_of(field.annotation)
         if section is not None:
             rows.extend(_rows(section, f"{key}."))
+        elif typing.get_origin(field.annotation) is dict:
+            # A map of named sections (tools.mcp_servers): one entry's keys, under `<name>`.
+            entry = _section_of(typing.get_args(field.annotation)[1])
+            if entry is not None:
+                rows.extend(_rows(entry, f"{key}.<name>."))
     return rows
 
 

@@ -1,7 +1,8 @@
 """`memgate doctor`: live checks of everything a first start depends on, one line each.
 
 Each check gives ✓ or ✗ and, when it fails, what to change. Unlike `memgate status` (offline and
-fast), these calls reach the model, the embeddings endpoint and the chat platforms.
+fast), these calls reach the model, the embeddings endpoint, the chat platforms and the MCP
+servers (each started, asked for its tools and stopped).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 from channels.base import ChannelConfigError
 from channels.discord import probe_discord
 from channels.telegram import probe_telegram
-from gateway.config import Config, require_api_key
+from gateway.config import Config, McpServerConfig, require_api_key
 from gateway.control import request, socket_path
 from gateway.errors import ConfigError, LLMError, LLMToolsUnsupportedError, WorkspaceLockedError
 from gateway.lock import WorkspaceLock
+from gateway.mcp import UP, probe
 from gateway.provider import OpenAIEmbedder, OpenAIProvider, ToolSupport
 from memory.errors import EmbeddingError
 
@@ -68,6 +70,8 @@ async def run_checks(config: Config) -> AsyncIterator[Check]:
             yield Check("discord", True, found)
         except ChannelConfigError as exc:
             yield Check("discord", False, str(exc))
+    for name, server in config.tools.mcp_servers.items():
+        yield await check_mcp(name, server)
     yield check_disk(config.workspace)
 
 
@@ -153,6 +157,24 @@ async def check_embeddings(config: Config) -> Check:
     finally:
         await embedder.close()
     return Check("embeddings", True, f"model {settings.model!r} answers ({len(vector)} dimensions)")
+
+
+async def check_mcp(name: str, settings: McpServerConfig) -> Check:
+    """Start the server as `memgate run` would: its state, and the tools the model would get."""
+    label = f"mcp {name}"
+    if not settings.enabled:
+        return Check(label, True, f"disabled (tools.mcp_servers.{name}.enabled)")
+    connection = await probe(name, settings)
+    if connection.state != UP:
+        return Check(
+            label,
+            False,
+            f"failed to start: {connection.error} "
+            f"(tools.mcp_servers.{name}.command / .url; memgate runs without it)",
+        )
+    tools = ", ".join(tool.qualified for tool in connection.tools) or "none"
+    scopes = "+".join(settings.scopes)
+    return Check(label, True, f"up; {len(connection.tools)} tool(s) for {scopes}: {tools}")
 
 
 def check_disk(workspace: Path) -> Check:

@@ -94,9 +94,21 @@ def describe(config: Config) -> str:
             f"{archival} archived session(s) awaiting consolidation",
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
+            describe_mcp(config),
             *describe_failures(config),
         ]
     )
+
+
+def describe_mcp(config: Config) -> str:
+    """How many MCP servers are configured, and which; `memgate doctor` starts them."""
+    servers = config.tools.mcp_servers
+    enabled = [name for name, server in servers.items() if server.enabled]
+    if not servers:
+        return "mcp:        no servers configured"
+    off = len(servers) - len(enabled)
+    names = f" ({', '.join(enabled)})" if enabled else ""
+    return f"mcp:        {len(enabled)} server(s) enabled{names}, {off} disabled"
 
 
 def describe_failures(config: Config) -> list[str]:

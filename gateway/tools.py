@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,15 +254,22 @@ class WorkspaceFiles:
 
 class ToolBox:
     """Each scope's tools: file tools confined to its roots, plus the extras (search) of scopes
-    that include memory. Groups never get those extras."""
+    that include memory. Groups never get those extras. `by_scope` adds tools offered to the
+    scopes of a given name (`private`, `group`), as configured for MCP servers."""
 
     def __init__(
-        self, workspace: Path, state_dir: Path, memory: MemoryFiles, memory_tools: list[Tool]
+        self,
+        workspace: Path,
+        state_dir: Path,
+        memory: MemoryFiles,
+        memory_tools: list[Tool],
+        by_scope: Mapping[str, list[Tool]] | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
         self.memory = memory
         self.memory_tools = memory_tools
+        self.by_scope = dict(by_scope or {})
         self._built: dict[Scope, ToolRegistry] = {}
 
     def for_scope(self, scope: Scope) -> ToolRegistry:
@@ -275,6 +282,8 @@ class ToolBox:
             if scope.memory:
                 for tool in self.memory_tools:
                     registry.add(tool)
+            for tool in self.by_scope.get(scope.name, []):
+                registry.add(tool)
             if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
                 self._built.clear()
             self._built[scope] = registry

@@ -213,7 +213,7 @@ def model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 def file_keys(tree: dict[str, object], prefix: str = "") -> set[str]:
     keys = set()
     for name, value in tree.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:  # `{}` is a value (an empty map), not a section
             keys |= file_keys(value, f"{prefix}{name}.")
         else:
             keys.add(prefix + name)

@@ -15,6 +15,9 @@ OWNERS = {
     "yaml": "gateway/config.py",
     "PIL": "gateway/images.py",
     "pypdf": "gateway/documents.py",
+    "mcp": "gateway/mcp.py",
+    "httpx2": "gateway/mcp.py",
+    "jsonschema": "gateway/mcp.py",
 }
 
 
@@ -53,7 +56,7 @@ def test_channels_import_only_the_bus() -> None:
 
 
 def test_each_sdk_is_imported_by_one_module() -> None:
-    """openai, telegram, discord, tiktoken and yaml each have a single owner module."""
+    """openai, telegram, discord, tiktoken, yaml, mcp and its helpers each have one owner module."""
     for package in ("gateway", "channels", "memory"):
         for path in modules(package):
             relative = path.relative_to(ROOT).as_posix()

@@ -1,0 +1,131 @@
+"""A small MCP server written with the official `mcp` SDK, for tests and for trying memgate out.
+
+`python -m tests.fakes.mcp_server stdio` serves it on stdin/stdout; `... http --port N` serves it
+over streamable HTTP on 127.0.0.1:N at /mcp. Its tools: `add`, `sleep` (outlives a short timeout),
+`shout` (a long text), `picture` (an image block), `crash` (the process exits mid-call) and
+`whoami` (echoes the request's headers or environment, to check what memgate passes on).
+Each start appends a line to the file named by `$FAKE_MCP_STARTS`, so a test can wait for a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ImageContent
+
+server = MCPServer("demo")
+
+# A 1x1 transparent PNG.
+_PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+@server.tool()
+def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return str(a + b)
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Wait, then answer."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def shout(times: int) -> str:
+    """Repeat a word many times: a result longer than memgate keeps."""
+    return "WORD " * times
+
+
+@server.tool()
+def picture() -> list[object]:
+    """An image and a caption."""
+    return [
+        ImageContent(type="image", data=base64.b64encode(_PIXEL).decode(), mime_type="image/png"),
+        "a pixel",
+    ]
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process at once, as a crash would."""
+    os._exit(3)
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The environment variable FAKE_MCP_SECRET (stdio) or the Authorization header (HTTP)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        return str(headers.get("authorization", ""))
+    return os.environ.get("FAKE_MCP_SECRET", "")
+
+
+def stdio_server(**extra: object) -> dict[str, object]:
+    """A `tools.mcp_servers` entry that runs this server over stdio with this interpreter."""
+    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_server", "stdio"], **extra}
+
+
+@asynccontextmanager
+async def serve_http(port: int) -> AsyncIterator[str]:
+    """Run this server over streamable HTTP on 127.0.0.1:`port`; yields its URL once it listens."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.fakes.mcp_server",
+        "http",
+        "--port",
+        str(port),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:  # the condition: the port accepts a connection
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    if process.returncode is not None:
+                        raise RuntimeError("the fake MCP server exited at start") from None
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("transport", choices=["stdio", "http"])
+    parser.add_argument("--port", type=int, default=8931)
+    args = parser.parse_args()
+    starts = os.environ.get("FAKE_MCP_STARTS")
+    if starts:
+        with Path(starts).open("a", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()}\n")
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        print(f"serving on 127.0.0.1:{args.port}", file=sys.stderr)
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()
