@@ -191,7 +191,9 @@ class DiscordChannel:
                     len(pieces),
                     exc,
                 )
-                return
+                break
+        # Taken by Discord, or given up (logged): either way no longer owed.
+        await message.sent()
 
     # -- gateway events (called by _Client) --------------------------------------------------------
 

@@ -462,16 +462,16 @@ class TelegramChannel:
             except Exception:
                 log.exception("telegram handler failed key=%s", inbound.key)
                 reply = None
-        # The message is stored (or was refused): a replay would find nothing left to do, so a
-        # kill from here on can only cost the reply, which the session keeps.
+        if reply is not None:
+            if target.thread_id and "thread_id" not in reply.metadata:
+                meta = {**reply.metadata, "thread_id": str(target.thread_id)}
+                reply = replace(reply, metadata=meta)
+            if inbound.is_group and reply.reply_to is None:
+                reply = replace(reply, reply_to=inbound.message_id)
+            await self.send(reply)
+        # Finished only once the reply is out: a kill before this replays the update, and the
+        # agent then sends the stored answer if it was never marked delivered.
         self._finish(update_id)
-        if reply is None:
-            return
-        if target.thread_id and "thread_id" not in reply.metadata:
-            reply = replace(reply, metadata={**reply.metadata, "thread_id": str(target.thread_id)})
-        if inbound.is_group and reply.reply_to is None:
-            reply = replace(reply, reply_to=inbound.message_id)
-        await self.send(reply)
 
     @contextlib.contextmanager
     def _typing_while(self, target: _Target) -> Iterator[None]:
@@ -524,6 +524,8 @@ class TelegramChannel:
         async with self._send_locks[chat_id]:
             for index, piece in enumerate(pieces):
                 await self._send_piece(chat_id, piece, thread_id, reply_to if index == 0 else None)
+        # Taken by Telegram, or refused for good (logged): either way no longer owed.
+        await message.sent()
 
     async def _send_piece(
         self, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None

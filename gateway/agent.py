@@ -1,7 +1,10 @@
 """The agent loop: one turn per inbound message, shared by every channel.
 
 Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
-message is stored before the model is called, so nothing the person said is lost. `handle()` is the
+message is stored before the model is called, so nothing the person said is lost. A tool call is
+stored before the tool runs and each result as soon as it is in, so a message a channel replays after
+a crash resumes from the stored steps without running a tool twice; the answer is stored as owed
+(gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the
 one per-message error boundary: it logs one line (the traceback at DEBUG for a model failure) and
 answers with a short apology, naming the cause in a private chat.
 """
@@ -21,13 +24,23 @@ from gateway.commands import COMMANDS, HELP_TEXT, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
+from gateway.outbox import Outbox
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
 from gateway.tools import ToolBox, ToolRegistry
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
-from memory.sessions import Session, SessionStore, history_window
+from memory.sessions import (
+    INTERRUPTED_TOOL,
+    Message,
+    Session,
+    SessionStore,
+    history_window,
+    legal_messages,
+    turn_after,
+    unanswered_calls,
+)
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -53,12 +66,19 @@ class TurnObserver(Protocol):
 
     def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None: ...
 
+    def turn_resumed(self) -> None: ...
+
+    def reply_resent(self) -> None: ...
+
 
 @dataclass
 class TurnStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    # The stored, owed answer this turn returns (new, or one a restart kept from its chat).
+    session: Session | None = None
+    answer: Message | None = None
 
 
 class AgentLoop:
@@ -89,6 +109,7 @@ class AgentLoop:
         self.keeper = keeper
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
+        self.outbox = Outbox(sessions)
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -139,9 +160,12 @@ class AgentLoop:
             self.observer.message_out(message.channel, error=failed)
         # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
         reply_to = message.message_id if message.is_group else None
-        return OutboundMessage(
+        reply = OutboundMessage(
             message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
         )
+        if not failed and stats.session is not None and stats.answer is not None:
+            reply = self.outbox.reply(stats.session, stats.answer, reply)
+        return reply
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)
@@ -211,14 +235,31 @@ class AgentLoop:
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
         session = await self.sessions.get(message.key)
         stored = _stored_at(session, message.message_id) if message.message_id else None
-        if stored is not None and stored != len(session.messages) - 1:
-            # A channel replaying its inbox after a crash, and this message was answered (or its
-            # turn got under way) before: it is kept, and answering again would repeat ourselves.
-            log.info("skipping replayed message session=%s", message.key)
-            return None
+        steps: list[Message] = []
         if stored is not None:
-            # Stored, then the process died before any answer: answer it now, storing it once.
-            log.info("answering a message interrupted by a restart session=%s", message.key)
+            # A channel replaying its inbox after a crash: carry on where the turn stopped.
+            steps, answer, left_behind = turn_after(session.messages, stored)
+            if answer is not None:
+                if answer.get("reply_id") in session.delivered or not answer.get("reply_id"):
+                    log.info("skipping replayed message, answered session=%s", message.key)
+                    return None
+                # Stored but never marked delivered: the kill came before the platform took it.
+                log.info("sending again an answer owed before a restart session=%s", message.key)
+                if self.observer is not None:
+                    self.observer.reply_resent()
+                stats.session, stats.answer = session, answer
+                return str(answer.get("content") or "")
+            if left_behind:
+                log.info("skipping replayed message, a later one followed session=%s", message.key)
+                return None
+            if steps:
+                log.info("resuming a turn interrupted by a restart session=%s", message.key)
+                if self.observer is not None:
+                    self.observer.turn_resumed()
+                steps = await self._close_interrupted(session, steps)
+            else:
+                # Stored, then the process died before any answer: answer it now, storing it once.
+                log.info("answering a message interrupted by a restart session=%s", message.key)
         else:
             user: dict[str, Any] = {"role": "user", "content": message.text}
             if message.sender_id:
@@ -251,15 +292,18 @@ class AgentLoop:
             self.counter,
             available,
             self.config.memory.max_history_messages,
-            len(session.messages) - 1,
+            len(session.messages) - 1 if stored is None else stored,
         )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *history,
             current,
         ]
+        at = len(messages) - 1
+        # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
+        messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
         try:
-            return await self._tool_loop(session, messages, tools, stats)
+            return await self._tool_loop(session, messages, tools, stats, at)
         finally:
             if self.keeper is not None:
                 self.keeper.after_turn(session, system_tokens)
@@ -270,9 +314,9 @@ class AgentLoop:
         messages: list[dict[str, Any]],
         tools: ToolRegistry,
         stats: TurnStats,
+        current: int,  # index in `messages` of the message this turn answers
     ) -> str | None:
         schemas = tools.schemas()
-        current = len(messages) - 1  # the message this turn answers
         for _ in range(self.config.agent.max_iterations):
             try:
                 # Every call of the turn is checked: tool results grow the request after the first.
@@ -297,20 +341,21 @@ class AgentLoop:
             if not response.tool_calls:
                 content = (response.content or "").strip()
                 if content:
-                    await self.sessions.add_messages(
-                        session, [{"role": "assistant", "content": content}]
-                    )
+                    # Stored as owed: a kill before the platform takes it sends it at restart.
+                    stats.session = session
+                    stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
-            step = await self._run_tools(response, tools)
-            messages.extend(step)
-            stored = [_for_storage(m) for m in step]
-            await self.sessions.add_messages(session, stored)
+            messages.extend(await self._run_tools(session, response, tools))
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
 
-    async def _run_tools(self, response: ChatResponse, tools: ToolRegistry) -> list[dict[str, Any]]:
+    async def _run_tools(
+        self, session: Session, response: ChatResponse, tools: ToolRegistry
+    ) -> list[dict[str, Any]]:
+        """Run one step's tools; the call is stored before any runs, each result once it is in,
+        so a restart knows which tools ran (their results) and which were cut short."""
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.tool_calls
@@ -318,13 +363,34 @@ class AgentLoop:
         step: list[dict[str, Any]] = [
             {"role": "assistant", "content": response.content or "", "tool_calls": calls}
         ]
+        await self.sessions.add_messages(session, step)
         for call in response.tool_calls:
             log.debug("tool call name=%s", call.name)
             output = await tools.execute(call.name, call.arguments)
-            step.append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
-            )
+            result = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+            step.append(result)
+            await self.sessions.add_messages(session, [_for_storage(result)])
         return step
+
+    async def _close_interrupted(self, session: Session, steps: list[Message]) -> list[Message]:
+        """Give each tool call a restart cut short a result saying so, stored, instead of running
+        the tool again (it may have had effects already); the model decides what to say."""
+        results = [
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "name": call.get("function", {}).get("name", ""),
+                "content": INTERRUPTED_TOOL,
+            }
+            for call in unanswered_calls(steps)
+        ]
+        if results:
+            log.info(
+                "tool calls interrupted by a restart session=%s count=%d", session.key, len(results)
+            )
+            await self.sessions.add_messages(session, results)
+            return [*steps, *session.messages[-len(results) :]]
+        return steps
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""
