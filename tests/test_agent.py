@@ -269,13 +269,33 @@ async def test_history_is_trimmed_to_the_budget(
 
 
 async def test_a_replayed_message_is_stored_once(runtime: Runtime, fake_llm: FakeLLM) -> None:
-    """A channel replaying a message it already handed over (same message_id) stores it once."""
+    """A channel replaying a message it already handed over and answered stores it once and
+    answers nothing."""
     first = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert first is not None
+    await first.sent()  # the channel's send went through
     again = await runtime.agent.handle(inbound("hello", message_id="m-1"))
-    assert first is not None and again is None
+    assert again is None
     users = [m for m in session_lines(runtime) if m.get("role") == "user"]
     assert [u["message_id"] for u in users] == ["m-1"]
     assert len(fake_llm.chat_requests()) == 1
+
+
+async def test_a_replayed_message_whose_answer_was_never_sent_gets_the_stored_answer(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A replay of a message answered but never marked delivered returns the stored answer again,
+    without a model call, and once it is sent a further replay returns nothing."""
+    first = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert first is not None  # the process dies before the channel sends it
+    again = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert again is not None and again.text == first.text == "echo: hello"
+    assert len(fake_llm.chat_requests()) == 1
+    await again.sent()
+    assert await runtime.agent.handle(inbound("hello", message_id="m-1")) is None
+    marks = [r for r in session_lines(runtime) if r.get("_type") == "delivered"]
+    assert len(marks) == 1
+    assert b"memgate_replies_resent_total 1.0" in runtime.metrics.render()
 
 
 async def test_reasoning_model_parameters_are_learned_from_a_400(
