@@ -154,11 +154,17 @@ class DiscordChannel:
                     self._inbox.close()
 
     async def send(self, message: OutboundMessage) -> None:
-        """Send `message` split below 2000 characters; a failure is logged, never raised."""
+        """Send `message` split below 2000 characters; a failure is logged, never raised. Then
+        the reply is no longer owed (taken by Discord, or given up and logged)."""
+        if await self._send_pieces(message):
+            await message.sent()
+
+    async def _send_pieces(self, message: OutboundMessage) -> bool:
+        """Send the pieces; False when not connected (the reply is still owed)."""
         client = self._client
         if client is None or client.is_closed():
             log.warning("discord send while not running chat_id=%s", message.chat_id)
-            return
+            return False
         try:
             channel = client.get_partial_messageable(int(message.chat_id))
             reference = (
@@ -174,7 +180,7 @@ class DiscordChannel:
                 message.chat_id,
                 message.reply_to,
             )
-            return
+            return True
         pieces = split_message(message.text, MESSAGE_LIMIT)
         for index, piece in enumerate(pieces):
             try:
@@ -192,8 +198,7 @@ class DiscordChannel:
                     exc,
                 )
                 break
-        # Taken by Discord, or given up (logged): either way no longer owed.
-        await message.sent()
+        return True
 
     # -- gateway events (called by _Client) --------------------------------------------------------
 
@@ -254,8 +259,12 @@ class DiscordChannel:
             reply = await self._call_handler(message, text, mentioned)
             typing.cancel()
         if reply is not None:
-            await self.send(reply)
+            await self._send_pieces(reply)
+        # Finished at once when the reply is out (a kill keeps a written line), then the reply
+        # is marked delivered: a kill between the two costs no repeat.
         self._finish(message.id)
+        if reply is not None:
+            await reply.sent()
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -375,8 +384,10 @@ class DiscordChannel:
             )
             reply = None
         if reply is not None:
-            await self.send(reply)
+            await self._send_pieces(reply)
         self._finish(int(record["message_id"]))
+        if reply is not None:
+            await reply.sent()
 
     async def _login(self) -> _Client:
         """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.

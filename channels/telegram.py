@@ -468,10 +468,13 @@ class TelegramChannel:
                 reply = replace(reply, metadata=meta)
             if inbound.is_group and reply.reply_to is None:
                 reply = replace(reply, reply_to=inbound.message_id)
-            await self.send(reply)
-        # Finished only once the reply is out: a kill before this replays the update, and the
-        # agent then sends the stored answer if it was never marked delivered.
+            await self._send_pieces(reply)
+        # Finished only once the reply is out, and at once (no thread, no fsync: a kill leaves
+        # the written line in place): a kill before this replays the update, and the agent then
+        # sends the stored answer again unless it was marked delivered.
         self._finish(update_id)
+        if reply is not None:
+            await reply.sent()
 
     @contextlib.contextmanager
     def _typing_while(self, target: _Target) -> Iterator[None]:
@@ -510,7 +513,12 @@ class TelegramChannel:
 
     # -- sending ----------------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> None:
-        """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised."""
+        """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised.
+        Then the reply is no longer owed (taken by Telegram, or refused for good and logged)."""
+        await self._send_pieces(message)
+        await message.sent()
+
+    async def _send_pieces(self, message: OutboundMessage) -> None:
         try:
             chat_id = int(message.chat_id)
             thread = message.metadata.get("thread_id")
@@ -524,8 +532,6 @@ class TelegramChannel:
         async with self._send_locks[chat_id]:
             for index, piece in enumerate(pieces):
                 await self._send_piece(chat_id, piece, thread_id, reply_to if index == 0 else None)
-        # Taken by Telegram, or refused for good (logged): either way no longer owed.
-        await message.sent()
 
     async def _send_piece(
         self, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None

@@ -12,10 +12,11 @@ answers with a short apology, naming the cause in a private chat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_STORED_TOOL_RESULT = 16_000
 NEW_SESSION_REPLY = "New session started."
+UNSENT_WAIT = 30.0  # seconds /new waits for the chat's answers to be sent before rotating
 
 
 class MemoryKeeper(Protocol):
@@ -110,6 +112,10 @@ class AgentLoop:
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
         self.outbox = Outbox(sessions)
+        # Answers of each session handed to a channel and not yet reported sent: /new waits for
+        # them, so an answer's delivery is marked in the file that holds it.
+        self._unsent: dict[str, int] = {}
+        self._sent = asyncio.Condition()
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -164,8 +170,31 @@ class AgentLoop:
             message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
         )
         if not failed and stats.session is not None and stats.answer is not None:
-            reply = self.outbox.reply(stats.session, stats.answer, reply)
+            reply = self._track(self.outbox.reply(stats.session, stats.answer, reply), message.key)
         return reply
+
+    def _track(self, reply: OutboundMessage, key: str) -> OutboundMessage:
+        """Count `reply` as unsent for its session until its channel reports it sent."""
+        mark = reply.on_sent
+        if mark is None:
+            return reply
+        self._unsent[key] = self._unsent.get(key, 0) + 1
+        done = False
+
+        async def sent() -> None:
+            nonlocal done
+            try:
+                await mark()
+            finally:
+                if not done:
+                    done = True
+                    self._unsent[key] -= 1
+                    if not self._unsent[key]:
+                        del self._unsent[key]
+                    async with self._sent:
+                        self._sent.notify_all()
+
+        return replace(reply, on_sent=sent)
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)
@@ -202,8 +231,12 @@ class AgentLoop:
             return "Stopped."
         if name == "status":
             return await self._status(key, scope_for(message, self.config.memory.groups).memory)
-        # /new waits for a running turn of this chat, then rotates the file at once.
+        # /new waits for a running turn of this chat and for its answers to be sent (a reply
+        # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
         async with self._session_lock(key):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(UNSENT_WAIT), self._sent:
+                    await self._sent.wait_for(lambda: key not in self._unsent)
             archived = await self.sessions.rotate(key)
         if archived is not None and self.keeper is not None:
             self.keeper.after_rotate(key, archived)

@@ -50,9 +50,11 @@ async def control_server(
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
-            answer = await _answer(line, handler, status, started)
+            answer, reply = await _answer(line, handler, status, started)
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
+            if reply is not None:
+                await reply.sent()  # handed to the terminal: no longer owed
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the terminal went away; its /stop (if any) arrives on its own connection
         finally:
@@ -81,14 +83,15 @@ async def _answer(
     handler: Handler,
     status: Callable[[], dict[str, Any]],
     started: float,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], OutboundMessage | None]:
+    """The answer to one request, and the reply it carries (to mark sent once written)."""
     try:
         request = json.loads(line)
         op = request["op"]
     except (ValueError, KeyError, TypeError):
-        return {"error": "not a control request (one JSON object with an op, per line)"}
+        return {"error": "not a control request (one JSON object with an op, per line)"}, None
     if op == "status":
-        return {**status(), "uptime": round(time.monotonic() - started, 1)}
+        return {**status(), "uptime": round(time.monotonic() - started, 1)}, None
     if op == "chat" and isinstance(request.get("text"), str):
         sender = str(request.get("sender") or "local")
         message = InboundMessage(
@@ -102,8 +105,9 @@ async def _answer(
             session_key=request.get("session") or None,
         )
         reply = await handler(message)
-        return {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
-    return {"error": f"unknown op {op!r}"}
+        answer = {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
+        return answer, reply
+    return {"error": f"unknown op {op!r}"}, None
 
 
 async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
