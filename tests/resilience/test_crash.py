@@ -46,7 +46,7 @@ def crash_report(tmp_path_factory: pytest.TempPathFactory) -> CrashReport:
                 seed=seed,
                 env=env,
                 # At least once: a repeat needs a kill between Telegram's acceptance and the
-                # delivered mark, which under this load is tens of milliseconds.
+                # inbox done line, which under this load is tens of milliseconds.
                 max_repeats=KILLS,
             )
         finally:
