@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_STORED_TOOL_RESULT = 16_000
 NEW_SESSION_REPLY = "New session started."
-UNSENT_WAIT = 30.0  # seconds /new waits for the chat's answers to be sent before rotating
+UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
 
 
 class MemoryKeeper(Protocol):
@@ -112,8 +112,9 @@ class AgentLoop:
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
         self.outbox = Outbox(sessions)
-        # Answers of each session handed to a channel and not yet reported sent: /new waits for
-        # them, so an answer's delivery is marked in the file that holds it.
+        # Answers to replayable messages (with a message id) handed to a channel and not yet
+        # reported sent. /new waits for them: rotated before the channel finished its inbox
+        # entry, a kill would replay a message the new file does not hold, and answer it twice.
         self._unsent: dict[str, int] = {}
         self._sent = asyncio.Condition()
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
@@ -170,8 +171,25 @@ class AgentLoop:
             message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
         )
         if not failed and stats.session is not None and stats.answer is not None:
-            reply = self._track(self.outbox.reply(stats.session, stats.answer, reply), message.key)
+            reply = self.outbox.reply(stats.session, stats.answer, reply)
+            if message.message_id:  # a channel that replays by message id after a crash
+                reply = self._track(reply, message.key)
         return reply
+
+    async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
+        """The answers of session `key` still owed, oldest first, each marking itself delivered
+        once its channel reports it sent: for a channel without an inbox to replay (the terminal),
+        to send before it takes a new message."""
+        session = await self.sessions.get(key)
+        return [
+            self._track(
+                self.outbox.reply(
+                    session, stored, OutboundMessage(channel, chat_id, str(stored["content"]))
+                ),
+                key,
+            )
+            for stored in self.outbox.owed(session)
+        ]
 
     def _track(self, reply: OutboundMessage, key: str) -> OutboundMessage:
         """Count `reply` as unsent for its session until its channel reports it sent."""
