@@ -258,6 +258,10 @@ class DiscordChannel:
             typing = group.create_task(_keep_typing(message.channel))
             reply = await self._call_handler(message, text, mentioned)
             typing.cancel()
+        if reply is None or reply.on_sent is None:
+            # Nothing stored to send again (a command's answer, an apology): finished before the
+            # send, so a kill never makes a replay run a command such as /new twice.
+            self._finish(message.id)
         if reply is not None:
             await self._send_pieces(reply)
         # Finished at once when the reply is out (a kill keeps a written line), then the reply
@@ -383,6 +387,8 @@ class DiscordChannel:
                 "discord handler failed on a replayed message chat_id=%s", inbound.chat_id
             )
             reply = None
+        if reply is None or reply.on_sent is None:
+            self._finish(int(record["message_id"]))  # as in _handle: no command runs twice
         if reply is not None:
             await self._send_pieces(reply)
         self._finish(int(record["message_id"]))

@@ -462,6 +462,10 @@ class TelegramChannel:
             except Exception:
                 log.exception("telegram handler failed key=%s", inbound.key)
                 reply = None
+        if reply is None or reply.on_sent is None:
+            # Nothing stored to send again (a command's answer, an apology): finished before the
+            # send, so a kill never makes a replay run a command such as /new twice.
+            self._finish(update_id)
         if reply is not None:
             if target.thread_id and "thread_id" not in reply.metadata:
                 meta = {**reply.metadata, "thread_id": str(target.thread_id)}
