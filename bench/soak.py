@@ -198,6 +198,7 @@ async def soak(args: argparse.Namespace, seed: int, workdir: Path) -> int:
                 kills=args.kills,
                 chats=args.chats,
                 seed=seed,
+                max_repeats=args.max_repeats,
                 say=lambda line: print(line, flush=True),
             )
         finally:
@@ -223,7 +224,11 @@ async def soak(args: argparse.Namespace, seed: int, workdir: Path) -> int:
         print(f"  kills survived:     {crash.kills} ({crash.starts} starts)")
         print(
             f"  crash-run messages: {crash.messages} sent, {crash.replies} answered, "
-            f"{crash.unanswered} kept but unanswered after a kill, {len(crash.lost)} lost"
+            f"{crash.unanswered} kept but never answered, {len(crash.lost)} lost"
+        )
+        print(
+            f"  crash-run delivery: {crash.tool_turns} turns with a tool step, "
+            f"{crash.repeated} answers repeated (at least once)"
         )
         print(f"  crash-run problems: {len(crash.problems)}")
     if faults is not None:
@@ -245,6 +250,12 @@ def main() -> None:
         "--kills", type=int, default=100, help="SIGKILLs in the crash run (0: skip)"
     )
     parser.add_argument("--chats", type=int, default=20, help="chats writing during the crash run")
+    parser.add_argument(
+        "--max-repeats",
+        type=int,
+        default=1,
+        help="answers the crash run may repeat before it counts as broken (at least once)",
+    )
     parser.add_argument("--faults", type=int, default=120, help="rounds of the fault run (0: skip)")
     parser.add_argument("--seed", type=int, help="replay a run's random choices")
     parser.add_argument("--workdir", help="where workspaces and logs go (default: a temp dir)")

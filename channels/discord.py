@@ -173,11 +173,17 @@ class DiscordChannel:
                     self._inbox.close()
 
     async def send(self, message: OutboundMessage) -> None:
-        """Send `message` split below 2000 characters; a failure is logged, never raised."""
+        """Send `message` split below 2000 characters; a failure is logged, never raised. Then
+        the reply is no longer owed (taken by Discord, or given up and logged)."""
+        if await self._send_pieces(message):
+            await message.sent()
+
+    async def _send_pieces(self, message: OutboundMessage) -> bool:
+        """Send the pieces; False when not connected (the reply is still owed)."""
         client = self._client
         if client is None or client.is_closed():
             log.warning("discord send while not running chat_id=%s", message.chat_id)
-            return
+            return False
         try:
             channel = client.get_partial_messageable(int(message.chat_id))
             reference = (
@@ -193,7 +199,7 @@ class DiscordChannel:
                 message.chat_id,
                 message.reply_to,
             )
-            return
+            return True
         pieces = split_message(message.text, MESSAGE_LIMIT)
         for index, piece in enumerate(pieces):
             try:
@@ -210,7 +216,8 @@ class DiscordChannel:
                     len(pieces),
                     exc,
                 )
-                return
+                break
+        return True
 
     # -- gateway events (called by _Client) --------------------------------------------------------
 
@@ -307,9 +314,17 @@ class DiscordChannel:
             typing = group.create_task(_keep_typing(message.channel))
             reply = await self._call_handler(message, text, mentioned)
             typing.cancel()
+        if reply is None or reply.on_sent is None:
+            # Nothing stored to send again (a command's answer, an apology): finished before the
+            # send, so a kill never makes a replay run a command such as /new twice.
+            self._finish(message.id)
         if reply is not None:
-            await self.send(reply)
+            await self._send_pieces(reply)
+        # Finished at once when the reply is out (a kill keeps a written line), then the reply
+        # is marked delivered: a kill between the two costs no repeat.
         self._finish(message.id)
+        if reply is not None:
+            await reply.sent()
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -428,9 +443,13 @@ class DiscordChannel:
                 "discord handler failed on a replayed message chat_id=%s", inbound.chat_id
             )
             reply = None
+        if reply is None or reply.on_sent is None:
+            self._finish(int(record["message_id"]))  # as in _handle: no command runs twice
         if reply is not None:
-            await self.send(reply)
+            await self._send_pieces(reply)
         self._finish(int(record["message_id"]))
+        if reply is not None:
+            await reply.sent()
 
     async def _login(self) -> _Client:
         """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.

@@ -511,16 +511,23 @@ class TelegramChannel:
             except Exception:
                 log.exception("telegram handler failed key=%s", inbound.key)
                 reply = None
-        # The message is stored (or was refused): a replay would find nothing left to do, so a
-        # kill from here on can only cost the reply, which the session keeps.
+        if reply is None or reply.on_sent is None:
+            # Nothing stored to send again (a command's answer, an apology): finished before the
+            # send, so a kill never makes a replay run a command such as /new twice.
+            self._finish(update_id)
+        if reply is not None:
+            if target.thread_id and "thread_id" not in reply.metadata:
+                meta = {**reply.metadata, "thread_id": str(target.thread_id)}
+                reply = replace(reply, metadata=meta)
+            if inbound.is_group and reply.reply_to is None:
+                reply = replace(reply, reply_to=inbound.message_id)
+            await self._send_pieces(reply)
+        # Finished only once the reply is out, and at once (no thread, no fsync: a kill leaves
+        # the written line in place): a kill before this replays the update, and the agent then
+        # sends the stored answer again unless it was marked delivered.
         self._finish(update_id)
-        if reply is None:
-            return
-        if target.thread_id and "thread_id" not in reply.metadata:
-            reply = replace(reply, metadata={**reply.metadata, "thread_id": str(target.thread_id)})
-        if inbound.is_group and reply.reply_to is None:
-            reply = replace(reply, reply_to=inbound.message_id)
-        await self.send(reply)
+        if reply is not None:
+            await reply.sent()
 
     @contextlib.contextmanager
     def _typing_while(self, target: _Target) -> Iterator[None]:
@@ -559,7 +566,12 @@ class TelegramChannel:
 
     # -- sending ----------------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> None:
-        """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised."""
+        """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised.
+        Then the reply is no longer owed (taken by Telegram, or refused for good and logged)."""
+        await self._send_pieces(message)
+        await message.sent()
+
+    async def _send_pieces(self, message: OutboundMessage) -> None:
         try:
             chat_id = int(message.chat_id)
             thread = message.metadata.get("thread_id")

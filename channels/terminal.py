@@ -55,7 +55,10 @@ class TerminalChannel:
     async def ask(self, text: str) -> str:
         """Send one message and return the reply text."""
         reply = await self._handler(self.inbound(text))
-        return reply.text if reply is not None else ""
+        if reply is None:
+            return ""
+        await reply.sent()  # the caller prints it; a terminal refuses nothing
+        return reply.text
 
     async def run(self) -> None:
         """Prompt, answer, repeat, until end of input (Ctrl-D), Ctrl-C at the prompt, or

@@ -1,7 +1,10 @@
 """The agent loop: one turn per inbound message, shared by every channel.
 
 Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
-message is stored before the model is called, so nothing the person said is lost. `handle()` is the
+message is stored before the model is called, so nothing the person said is lost. A tool call is
+stored before the tool runs and each result as soon as it is in, so a message a channel replays after
+a crash resumes from the stored steps without running a tool twice; the answer is stored as owed
+(gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the
 one per-message error boundary: it logs one line (the traceback at DEBUG for a model failure) and
 answers with a short apology, naming the cause in a private chat.
 """
@@ -9,6 +12,7 @@ answers with a short apology, naming the cause in a private chat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -22,19 +26,30 @@ from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
 from gateway.media import MediaReader, PreparedMessage
+from gateway.outbox import Outbox
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
 from gateway.tools import ToolBox, ToolRegistry
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
-from memory.sessions import Session, SessionStore, history_window
+from memory.sessions import (
+    INTERRUPTED_TOOL,
+    Message,
+    Session,
+    SessionStore,
+    history_window,
+    legal_messages,
+    turn_after,
+    unanswered_calls,
+)
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 log = logging.getLogger(__name__)
 
 MAX_STORED_TOOL_RESULT = 16_000
 NEW_SESSION_REPLY = "New session started."
+UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
 
 
 class MemoryKeeper(Protocol):
@@ -54,12 +69,19 @@ class TurnObserver(Protocol):
 
     def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None: ...
 
+    def turn_resumed(self) -> None: ...
+
+    def reply_resent(self) -> None: ...
+
 
 @dataclass
 class TurnStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    # The stored, owed answer this turn returns (new, or one a restart kept from its chat).
+    session: Session | None = None
+    answer: Message | None = None
 
 
 class AgentLoop:
@@ -92,6 +114,12 @@ class AgentLoop:
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
         self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
+        self.outbox = Outbox(sessions)
+        # Answers to replayable messages (with a message id) handed to a channel and not yet
+        # reported sent. /new waits for them: rotated before the channel finished its inbox
+        # entry, a kill would replay a message the new file does not hold, and answer it twice.
+        self._unsent: dict[str, int] = {}
+        self._sent = asyncio.Condition()
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -142,9 +170,52 @@ class AgentLoop:
             self.observer.message_out(message.channel, error=failed)
         # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
         reply_to = message.message_id if message.is_group else None
-        return OutboundMessage(
+        reply = OutboundMessage(
             message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
         )
+        if not failed and stats.session is not None and stats.answer is not None:
+            reply = self.outbox.reply(stats.session, stats.answer, reply)
+            if message.message_id:  # a channel that replays by message id after a crash
+                reply = self._track(reply, message.key)
+        return reply
+
+    async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
+        """The answers of session `key` still owed, oldest first, each marking itself delivered
+        once its channel reports it sent: for a channel without an inbox to replay (the terminal),
+        to send before it takes a new message."""
+        session = await self.sessions.get(key)
+        return [
+            self._track(
+                self.outbox.reply(
+                    session, stored, OutboundMessage(channel, chat_id, str(stored["content"]))
+                ),
+                key,
+            )
+            for stored in self.outbox.owed(session)
+        ]
+
+    def _track(self, reply: OutboundMessage, key: str) -> OutboundMessage:
+        """Count `reply` as unsent for its session until its channel reports it sent."""
+        mark = reply.on_sent
+        if mark is None:
+            return reply
+        self._unsent[key] = self._unsent.get(key, 0) + 1
+        done = False
+
+        async def sent() -> None:
+            nonlocal done
+            try:
+                await mark()
+            finally:
+                if not done:
+                    done = True
+                    self._unsent[key] -= 1
+                    if not self._unsent[key]:
+                        del self._unsent[key]
+                    async with self._sent:
+                        self._sent.notify_all()
+
+        return replace(reply, on_sent=sent)
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)
@@ -182,8 +253,12 @@ class AgentLoop:
         if name == "status":
             memory = self.config.memory
             return await self._status(key, scope_for(message, memory.groups, memory.guests).memory)
-        # /new waits for a running turn of this chat, then rotates the file at once.
+        # /new waits for a running turn of this chat and for its answers to be sent (a reply
+        # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
         async with self._session_lock(key):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(UNSENT_WAIT), self._sent:
+                    await self._sent.wait_for(lambda: key not in self._unsent)
             archived = await self.sessions.rotate(key)
         if archived is not None and self.keeper is not None:
             self.keeper.after_rotate(key, archived)
@@ -215,14 +290,31 @@ class AgentLoop:
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
         session = await self.sessions.get(message.key)
         stored = _stored_at(session, message.message_id) if message.message_id else None
-        if stored is not None and stored != len(session.messages) - 1:
-            # A channel replaying its inbox after a crash, and this message was answered (or its
-            # turn got under way) before: it is kept, and answering again would repeat ourselves.
-            log.info("skipping replayed message session=%s", message.key)
-            return None
+        steps: list[Message] = []
         if stored is not None:
-            # Stored, then the process died before any answer: answer it now, storing it once.
-            log.info("answering a message interrupted by a restart session=%s", message.key)
+            # A channel replaying its inbox after a crash: carry on where the turn stopped.
+            steps, answer, left_behind = turn_after(session.messages, stored)
+            if answer is not None:
+                if answer.get("reply_id") in session.delivered or not answer.get("reply_id"):
+                    log.info("skipping replayed message, answered session=%s", message.key)
+                    return None
+                # Stored but never marked delivered: the kill came before the platform took it.
+                log.info("sending again an answer owed before a restart session=%s", message.key)
+                if self.observer is not None:
+                    self.observer.reply_resent()
+                stats.session, stats.answer = session, answer
+                return str(answer.get("content") or "")
+            if left_behind:
+                log.info("skipping replayed message, a later one followed session=%s", message.key)
+                return None
+            if steps:
+                log.info("resuming a turn interrupted by a restart session=%s", message.key)
+                if self.observer is not None:
+                    self.observer.turn_resumed()
+                steps = await self._close_interrupted(session, steps)
+            else:
+                # Stored, then the process died before any answer: answer it now, storing it once.
+                log.info("answering a message interrupted by a restart session=%s", message.key)
         prepared = (
             await self.media.prepare(message) if self.media else PreparedMessage(message.text)
         )
@@ -265,16 +357,19 @@ class AgentLoop:
             self.counter,
             available,
             self.config.memory.max_history_messages,
-            len(session.messages) - 1,
+            len(session.messages) - 1 if stored is None else stored,
         )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *history,
             current,
         ]
+        at = len(messages) - 1
+        # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
+        messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
         try:
-            answer = await self._tool_loop(session, messages, tools, stats)
-            return "\n\n".join([*prepared.notices, answer]) if answer else answer
+            reply = await self._tool_loop(session, messages, tools, stats, at)
+            return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
                 self.keeper.after_turn(session, system_tokens)
@@ -285,9 +380,9 @@ class AgentLoop:
         messages: list[dict[str, Any]],
         tools: ToolRegistry,
         stats: TurnStats,
+        current: int,  # index in `messages` of the message this turn answers
     ) -> str | None:
         schemas = tools.schemas()
-        current = len(messages) - 1  # the message this turn answers
         for _ in range(self.config.agent.max_iterations):
             try:
                 # Every call of the turn is checked: tool results grow the request after the first.
@@ -312,20 +407,21 @@ class AgentLoop:
             if not response.tool_calls:
                 content = (response.content or "").strip()
                 if content:
-                    await self.sessions.add_messages(
-                        session, [{"role": "assistant", "content": content}]
-                    )
+                    # Stored as owed: a kill before the platform takes it sends it at restart.
+                    stats.session = session
+                    stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
-            step = await self._run_tools(response, tools)
-            messages.extend(step)
-            stored = [_for_storage(m) for m in step]
-            await self.sessions.add_messages(session, stored)
+            messages.extend(await self._run_tools(session, response, tools))
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
 
-    async def _run_tools(self, response: ChatResponse, tools: ToolRegistry) -> list[dict[str, Any]]:
+    async def _run_tools(
+        self, session: Session, response: ChatResponse, tools: ToolRegistry
+    ) -> list[dict[str, Any]]:
+        """Run one step's tools; the call is stored before any runs, each result once it is in,
+        so a restart knows which tools ran (their results) and which were cut short."""
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.tool_calls
@@ -333,13 +429,34 @@ class AgentLoop:
         step: list[dict[str, Any]] = [
             {"role": "assistant", "content": response.content or "", "tool_calls": calls}
         ]
+        await self.sessions.add_messages(session, step)
         for call in response.tool_calls:
             log.debug("tool call name=%s", call.name)
             output = await tools.execute(call.name, call.arguments)
-            step.append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
-            )
+            result = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+            step.append(result)
+            await self.sessions.add_messages(session, [_for_storage(result)])
         return step
+
+    async def _close_interrupted(self, session: Session, steps: list[Message]) -> list[Message]:
+        """Give each tool call a restart cut short a result saying so, stored, instead of running
+        the tool again (it may have had effects already); the model decides what to say."""
+        results = [
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "name": call.get("function", {}).get("name", ""),
+                "content": INTERRUPTED_TOOL,
+            }
+            for call in unanswered_calls(steps)
+        ]
+        if results:
+            log.info(
+                "tool calls interrupted by a restart session=%s count=%d", session.key, len(results)
+            )
+            await self.sessions.add_messages(session, results)
+            return [*steps, *session.messages[-len(results) :]]
+        return steps
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""

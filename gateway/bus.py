@@ -2,13 +2,18 @@
 
 A channel turns each platform message into an `InboundMessage`, hands it to a `Handler`, and sends
 back the `OutboundMessage` it returns (if any). The handler is the agent; channels never see it.
+Once the platform has taken a reply (or refused it for good), the channel awaits `reply.sent()`: a
+stored answer is owed until then, and owed answers are sent again after a restart.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 _UNSAFE_PART = re.compile(r"[^0-9A-Za-z_-]")
 
@@ -78,9 +83,24 @@ class OutboundMessage:
     reply_to: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)  # e.g. {"thread_id": "7"}
     failed: bool = False  # the text is an apology for an error, not an answer
+    # Marks a stored answer delivered; set by whoever recorded the answer as owed (the outbox).
+    on_sent: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", scrub(self.text))
+
+    async def sent(self) -> None:
+        """The platform took this reply (or refused it for good): it is no longer owed.
+
+        Never raises: a mark that cannot be written only means the reply is sent again after a
+        restart, which is the at-least-once promise.
+        """
+        if self.on_sent is None:
+            return
+        try:
+            await self.on_sent()
+        except Exception as exc:
+            log.warning("could not mark a reply delivered chat_id=%s error=%s", self.chat_id, exc)
 
 
 Handler = Callable[[InboundMessage], Awaitable[OutboundMessage | None]]

@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -233,29 +233,51 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # On a terminal the reply itself names a model failure; the log line would say it twice.
         logging.getLogger("gateway.agent").setLevel(logging.ERROR)
     socket = socket_path(config.state_dir)
+    key = args.session or "terminal:local"
 
-    async def talk(handler: Handler, where: str) -> int:
+    async def remote_owed() -> list[str]:
+        answer = await request(socket, {"op": "owed", "session": key})
+        return list(answer.get("texts") or []) if answer else []
+
+    async def talk(handler: Handler, where: str, owed: Callable[[], Awaitable[list[str]]]) -> int:
         terminal = TerminalChannel(
             handler, session_key=args.session, history_path=chat_history_path(config)
         )
         if args.message is not None:
+            for text in await owed():
+                print(f"(kept from before a restart)\n{text}\n")
             reply = await handler(terminal.inbound(args.message))
+            if reply is not None:
+                await reply.sent()
             if reply is not None and reply.failed:
                 print(f"memgate: {reply.text}", file=sys.stderr)
                 return 1
             print(reply.text if reply is not None else "")
             return 0
         print(f"memgate {__version__} · model {config.llm.model} · {where} · /help, Ctrl-D to quit")
+        # Answers a restart kept from this terminal (stored, never shown) come first.
+        for text in await owed():
+            print(f"\n(kept from before a restart)\n{text}\n", flush=True)
         await terminal.run()
         return 0
 
     async def chat() -> int:
         if await is_serving(socket):
             # The service holds the workspace: talk to its agent, memory and sessions.
-            return await talk(remote_handler(socket), "attached to the running service")
+            return await talk(
+                remote_handler(socket), "attached to the running service", remote_owed
+            )
         require_api_key(config)
         async with open_runtime(config) as runtime:
-            return await talk(runtime.agent.handle, "in this process")
+
+            async def local_owed() -> list[str]:
+                texts = []
+                for reply in await runtime.agent.owed("terminal", "local", key):
+                    texts.append(reply.text)
+                    await reply.sent()
+                return texts
+
+            return await talk(runtime.agent.handle, "in this process", local_owed)
 
     return asyncio.run(chat())
 

@@ -6,6 +6,10 @@ one request object per connection, one answer object back.
     {"op": "chat", "text": "...", "session": "terminal:local", "sender": "alice"}
         -> {"text": "...", "failed": false}
     {"op": "status"} -> {"channels": {"telegram": true}, "queue": 0, "uptime": 12.5}
+    {"op": "owed", "session": "terminal:local"} -> {"texts": ["..."]}
+
+`owed` hands over the session's answers a restart kept from the terminal (stored, never shown);
+once written to the socket they count as delivered.
 
 A chat request goes through the service's own agent, so the terminal shares its memory and its
 session files; the agent's `/stop` ends a held answer from another connection.
@@ -18,7 +22,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -33,13 +37,20 @@ MAX_REQUEST = 1024 * 1024  # one message of text, with room to spare
 CONNECT_TIMEOUT = 2.0  # seconds; the socket is local, an answer this slow means no service
 
 
+# The agent's owed answers of a session: (channel, chat_id, session key) -> replies.
+Owed = Callable[[str, str, str], Awaitable[list[OutboundMessage]]]
+
+
 def socket_path(state_dir: Path) -> Path:
     return state_dir / SOCKET_NAME
 
 
 @asynccontextmanager
 async def control_server(
-    path: Path, handler: Handler, status: Callable[[], dict[str, Any]]
+    path: Path,
+    handler: Handler,
+    status: Callable[[], dict[str, Any]],
+    owed: Owed | None = None,
 ) -> AsyncIterator[None]:
     """Serve the control socket at `path` while the block runs; the file is removed after."""
     ensure_private_dir(path.parent)
@@ -50,9 +61,11 @@ async def control_server(
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
-            answer = await _answer(line, handler, status, started)
+            answer, replies = await _answer(line, handler, status, started, owed)
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
+            for reply in replies:
+                await reply.sent()  # handed to the terminal: no longer owed
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the terminal went away; its /stop (if any) arrives on its own connection
         finally:
@@ -81,14 +94,20 @@ async def _answer(
     handler: Handler,
     status: Callable[[], dict[str, Any]],
     started: float,
-) -> dict[str, Any]:
+    owed: Owed | None = None,
+) -> tuple[dict[str, Any], list[OutboundMessage]]:
+    """The answer to one request, and the replies it carries (to mark sent once written)."""
     try:
         request = json.loads(line)
         op = request["op"]
     except (ValueError, KeyError, TypeError):
-        return {"error": "not a control request (one JSON object with an op, per line)"}
+        return {"error": "not a control request (one JSON object with an op, per line)"}, []
     if op == "status":
-        return {**status(), "uptime": round(time.monotonic() - started, 1)}
+        return {**status(), "uptime": round(time.monotonic() - started, 1)}, []
+    if op == "owed" and owed is not None:
+        key = str(request.get("session") or "terminal:local")
+        replies = await owed("terminal", "local", key)
+        return {"texts": [reply.text for reply in replies]}, replies
     if op == "chat" and isinstance(request.get("text"), str):
         sender = str(request.get("sender") or "local")
         message = InboundMessage(
@@ -102,8 +121,9 @@ async def _answer(
             session_key=request.get("session") or None,
         )
         reply = await handler(message)
-        return {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
-    return {"error": f"unknown op {op!r}"}
+        answer = {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
+        return answer, [reply] if reply is not None else []
+    return {"error": f"unknown op {op!r}"}, []
 
 
 async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:

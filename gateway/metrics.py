@@ -41,6 +41,16 @@ class Metrics:
             registry=r,
         )
         self.tokens = Counter("memgate_tokens", "Tokens used, by kind", ["kind"], registry=r)
+        self.turns_resumed = Counter(
+            "memgate_turns_resumed",
+            "Turns a restart stopped half-way, resumed from their stored tool steps",
+            registry=r,
+        )
+        self.replies_resent = Counter(
+            "memgate_replies_resent",
+            "Stored answers sent again after a restart because none was marked delivered",
+            registry=r,
+        )
 
     def watch_consolidation(
         self,
@@ -79,6 +89,12 @@ class Metrics:
         self.llm_latency.observe(seconds)
         self.tokens.labels("prompt").inc(prompt_tokens)
         self.tokens.labels("completion").inc(completion_tokens)
+
+    def turn_resumed(self) -> None:
+        self.turns_resumed.inc()
+
+    def reply_resent(self) -> None:
+        self.replies_resent.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -120,7 +120,9 @@ async def run_service(config: Config) -> int:
                 }
 
             # `memgate chat` and `memgate status` talk to this process through the socket.
-            async with control_server(socket_path(config.state_dir), runtime.agent.handle, live):
+            async with control_server(
+                socket_path(config.state_dir), runtime.agent.handle, live, runtime.agent.owed
+            ):
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:

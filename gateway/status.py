@@ -9,7 +9,7 @@ from channels.pairing import PairingError, PairingStore
 from gateway.config import ChatChannelConfig, Config
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
-from memory.sessions import SessionStore, parse_session_bytes
+from memory.sessions import SessionStore, interrupted_turn, owed_replies, parse_session_bytes
 
 
 def mask(secret: str) -> str:
@@ -63,9 +63,15 @@ def describe(config: Config) -> str:
     store = SessionStore(config.workspace / "sessions", config.tz)
     keys = store.keys()
     pending = 0
+    owed: dict[str, int] = {}
+    interrupted: list[str] = []
     for key in keys:
         loaded = parse_session_bytes(store.path_for(key).read_bytes(), key)
         pending += len(loaded.messages) - loaded.last_consolidated
+        if count := len(owed_replies(loaded.messages, loaded.delivered)):
+            owed[key] = count
+        if interrupted_turn(loaded.messages):
+            interrupted.append(key)
     archive = store.archived_paths()
     archival = 0
     for path in archive:
@@ -92,6 +98,7 @@ def describe(config: Config) -> str:
             f"sessions:   {len(keys)} live, {len(archive)} archived",
             f"pending:    {pending} messages not yet consolidated in live sessions, "
             f"{archival} archived session(s) awaiting consolidation",
+            *describe_delivery(owed, interrupted),
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
             describe_mcp(config),
@@ -109,6 +116,17 @@ def describe_mcp(config: Config) -> str:
     off = len(servers) - len(enabled)
     names = f" ({', '.join(enabled)})" if enabled else ""
     return f"mcp:        {len(enabled)} server(s) enabled{names}, {off} disabled"
+
+
+def describe_delivery(owed: dict[str, int], interrupted: list[str]) -> list[str]:
+    """Answers stored but not yet taken by their platform, and turns a restart stopped half-way;
+    both are finished when the service next starts (or the chat's message is replayed)."""
+    lines = [
+        f"delivery:   {sum(owed.values())} answer(s) owed, {len(interrupted)} interrupted turn(s)"
+    ]
+    lines += [f"  owed: {key} ({count})" for key, count in sorted(owed.items())]
+    lines += [f"  interrupted: {key}" for key in interrupted]
+    return lines
 
 
 def describe_failures(config: Config) -> list[str]:

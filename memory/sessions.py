@@ -17,7 +17,7 @@ import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +67,7 @@ class Loaded:
     good_size: int  # bytes up to the end of the last complete line
     torn: bool  # bytes after good_size belong to a line cut short
     key: str | None = None  # from the metadata line
+    delivered: set[str] = field(default_factory=set)  # reply ids marked delivered
 
 
 def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
@@ -80,6 +81,7 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
     created_at = None
     group = False
     key = None
+    delivered: set[str] = set()
     for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if not raw.strip():
             continue
@@ -100,6 +102,9 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
                 last_consolidated = pointer
+        elif kind == "delivered":
+            if isinstance(record.get("reply_id"), str):
+                delivered.add(record["reply_id"])
         elif "role" in record:
             if well_formed(record):
                 messages.append(record)
@@ -109,7 +114,14 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
         else:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
     return Loaded(
-        messages, min(last_consolidated, len(messages)), created_at, group, end, torn, key
+        messages,
+        min(last_consolidated, len(messages)),
+        created_at,
+        group,
+        end,
+        torn,
+        key,
+        delivered,
     )
 
 
@@ -217,6 +229,7 @@ class Session:
         self.last_consolidated = loaded.last_consolidated
         self.created_at = loaded.created_at
         self.group = loaded.group  # a group chat: its memory stays out of MEMORY.md
+        self.delivered = loaded.delivered  # ids of stored answers the platform took
         self.lock = asyncio.Lock()  # serializes appends to the file
         self.consolidating = asyncio.Lock()  # one consolidation job at a time, live or archived
         self._size = loaded.good_size
@@ -241,6 +254,8 @@ class Session:
         for record in records:
             if record.get("_type") == "consolidated":
                 self.last_consolidated = record["last_consolidated"]
+            elif record.get("_type") == "delivered":
+                self.delivered.add(record["reply_id"])
             elif record.get("_type") != "metadata":
                 self.messages.append(record)
                 self._tokens.append(None)
@@ -334,6 +349,14 @@ class SessionStore:
             raise ValueError(f"pointer {pointer} outside 0..{len(session.messages)}")
         marker = {"_type": "consolidated", "last_consolidated": pointer, "timestamp": self.now()}
         await self.append(session, [marker])
+
+    async def mark_delivered(self, session: Session, reply_id: str) -> None:
+        """Record that the stored answer `reply_id` reached its chat: it is no longer owed."""
+        if reply_id in session.delivered:
+            return
+        await self.append(
+            session, [{"_type": "delivered", "reply_id": reply_id, "timestamp": self.now()}]
+        )
 
     async def rotate(self, key: str) -> Path | None:
         """Move the session's file to `archive/` and forget it; return the archived path."""
@@ -434,3 +457,50 @@ def legal_messages(messages: list[Message]) -> list[Message]:
             continue
         result.append(wire)
     return result
+
+
+# -- where a turn stands (the outbox and resumption read a session through these) -----------------
+INTERRUPTED_TOOL = (
+    "The tool was interrupted by a restart before it finished, and was not run again."
+)
+
+
+def turn_after(messages: list[Message], index: int) -> tuple[list[Message], Message | None, bool]:
+    """What follows the user message at `index`: its stored tool steps, its final answer (or None),
+    and whether a later user message follows (the turn was left behind, never to be resumed)."""
+    steps: list[Message] = []
+    for message in messages[index + 1 :]:
+        role = message.get("role")
+        if role == "user":
+            return steps, None, True
+        if role == "assistant" and not message.get("tool_calls"):
+            return steps, message, False
+        steps.append(message)
+    return steps, None, False
+
+
+def unanswered_calls(steps: list[Message]) -> list[dict[str, Any]]:
+    """Tool calls among `steps` that have no stored result (the kill came during the tool)."""
+    answered = {m.get("tool_call_id") for m in steps if m.get("role") == "tool"}
+    return [
+        call
+        for message in steps
+        for call in message.get("tool_calls") or []
+        if call.get("id") not in answered
+    ]
+
+
+def owed_replies(messages: list[Message], delivered: set[str]) -> list[Message]:
+    """Stored answers recorded as owed (they carry a reply id) and never marked delivered."""
+    return [
+        m
+        for m in messages
+        if m.get("role") == "assistant" and m.get("reply_id") and m["reply_id"] not in delivered
+    ]
+
+
+def interrupted_turn(messages: list[Message]) -> bool:
+    """True when the session ends in stored tool steps: a turn a restart stopped half-way."""
+    return bool(messages) and (
+        messages[-1].get("role") == "tool" or bool(messages[-1].get("tool_calls"))
+    )

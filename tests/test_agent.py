@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from gateway.app import Runtime
+from gateway.status import describe
 from memory.sessions import parse_session_bytes
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import (
@@ -269,13 +270,33 @@ async def test_history_is_trimmed_to_the_budget(
 
 
 async def test_a_replayed_message_is_stored_once(runtime: Runtime, fake_llm: FakeLLM) -> None:
-    """A channel replaying a message it already handed over (same message_id) stores it once."""
+    """A channel replaying a message it already handed over and answered stores it once and
+    answers nothing."""
     first = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert first is not None
+    await first.sent()  # the channel's send went through
     again = await runtime.agent.handle(inbound("hello", message_id="m-1"))
-    assert first is not None and again is None
+    assert again is None
     users = [m for m in session_lines(runtime) if m.get("role") == "user"]
     assert [u["message_id"] for u in users] == ["m-1"]
     assert len(fake_llm.chat_requests()) == 1
+
+
+async def test_a_replayed_message_whose_answer_was_never_sent_gets_the_stored_answer(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A replay of a message answered but never marked delivered returns the stored answer again,
+    without a model call, and once it is sent a further replay returns nothing."""
+    first = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert first is not None  # the process dies before the channel sends it
+    again = await runtime.agent.handle(inbound("hello", message_id="m-1"))
+    assert again is not None and again.text == first.text == "echo: hello"
+    assert len(fake_llm.chat_requests()) == 1
+    await again.sent()
+    assert await runtime.agent.handle(inbound("hello", message_id="m-1")) is None
+    marks = [r for r in session_lines(runtime) if r.get("_type") == "delivered"]
+    assert len(marks) == 1
+    assert b"memgate_replies_resent_total 1.0" in runtime.metrics.render()
 
 
 async def test_reasoning_model_parameters_are_learned_from_a_400(
@@ -320,3 +341,37 @@ async def test_a_replayed_message_killed_before_its_answer_is_answered_once(
     assert roles == ["user", "assistant"]
     assert fake_llm.chat_requests()[-1]["messages"][-1]["content"].endswith("are you there?")
     assert len(fake_llm.chat_requests()[-1]["messages"]) == 2  # system + this message, once
+
+
+async def test_a_tool_call_is_stored_before_the_tool_runs(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """While a tool runs, its call is already in the session file, and `memgate status` counts
+    the turn as interrupted; a replay then answers it without running the tool again."""
+    (runtime.config.workspace / "notes.md").write_text("some notes")
+    fake_llm.push(tool_call("read_file", {"path": "notes.md"}))
+    hold = asyncio.Event()
+    fake_llm.push(text("read them"), hold=hold)
+    turn = asyncio.ensure_future(runtime.agent.handle(inbound("read my notes", message_id="m-5")))
+    await fake_llm.wait_for_requests(2)
+    turn.cancel()  # the process dies before the second model call
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    hold.set()
+    roles = [m.get("role") for m in session_lines(runtime)[1:]]
+    assert roles == ["user", "assistant", "tool"]
+    assert "0 answer(s) owed, 1 interrupted turn(s)" in describe(runtime.config)
+    fake_llm.push(text("your notes say: some notes"))
+    reply = await runtime.agent.handle(inbound("read my notes", message_id="m-5"))
+    assert reply is not None and reply.text == "your notes say: some notes"
+    resumed = fake_llm.chat_requests()[-1]["messages"]
+    assert resumed[-1] == {
+        "role": "tool",
+        "tool_call_id": resumed[-2]["tool_calls"][0]["id"],
+        "name": "read_file",
+        "content": "some notes",
+    }
+    assert "1 answer(s) owed, 0 interrupted turn(s)" in describe(runtime.config)
+    await reply.sent()
+    assert "0 answer(s) owed, 0 interrupted turn(s)" in describe(runtime.config)
+    assert b"memgate_turns_resumed_total 1.0" in runtime.metrics.render()

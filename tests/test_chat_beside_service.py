@@ -186,3 +186,55 @@ async def test_ctrl_c_stops_an_answer_and_then_quits(tmp_path: Path, fake_llm: F
     assert "never shown" not in terminal.output and "Traceback" not in terminal.output
     session = config.workspace / "sessions" / "terminal:local.jsonl"
     assert "remember the blue door" in session.read_text()
+
+
+async def test_an_answer_a_restart_kept_from_the_terminal_is_shown_first(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """An answer stored for the terminal but never shown (the service died before writing it) is
+    printed before the next answer, once, through the service and in-process alike."""
+    config = service_config(tmp_path, fake_llm, fake_telegram)
+    session = tmp_path / "workspace" / "sessions" / "terminal:local.jsonl"
+    session.parent.mkdir(parents=True)
+
+    def keep(answer: str, reply_id: str) -> None:
+        # What a kill between storing the answer and writing it to the socket leaves on disk.
+        lines = [
+            {"role": "user", "content": f"asked before {reply_id}"},
+            {"role": "assistant", "content": answer, "reply_id": reply_id},
+        ]
+        with session.open("a") as file:
+            file.writelines(json.dumps(line) + "\n" for line in lines)
+
+    keep("the kept answer", "r1")
+    code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
+    assert "delivery:   1 answer(s) owed" in out and "owed: terminal:local (1)" in out
+    code, out, err = await memgate("chat", "--config", str(config), "-m", "alone", home=tmp_path)
+    assert code == 0, err
+    assert out.strip() == "(kept from before a restart)\nthe kept answer\n\necho: alone"
+    code, out, err = await memgate("chat", "--config", str(config), "-m", "again", home=tmp_path)
+    assert (code, out.strip()) == (0, "echo: again"), err  # shown once
+
+    keep("kept while attached", "r2")
+    log = (tmp_path / "run.log").open("wb")
+    service = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
+    )
+    socket = tmp_path / "state" / "control.sock"
+    try:
+        await wait_for_socket(socket, service)
+        code, out, err = await memgate(
+            "chat", "--config", str(config), "-m", "attached", home=tmp_path
+        )
+        assert code == 0, err
+        assert out.strip() == "(kept from before a restart)\nkept while attached\n\necho: attached"
+    finally:
+        service.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(service.wait(), 30) == 0
+        log.close()
+    code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
+    assert "delivery:   0 answer(s) owed, 0 interrupted turn(s)" in out

@@ -250,6 +250,9 @@ class FakeDiscord:
     # The application's flags: GATEWAY_MESSAGE_CONTENT_LIMITED (1 << 19), the intent switched on
     # in the Developer Portal for a bot in fewer than 100 servers. 0: switched off.
     application_flags: int = 1 << 19
+    # Set: a message POST counts in `held` and waits for it before Discord takes the message.
+    send_hold: asyncio.Event | None = None
+    held: int = 0
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
@@ -386,6 +389,11 @@ class FakeDiscord:
     async def _create_message(self, request: web.Request) -> web.Response:
         body = await request.json()
         channel_id = int(request.match_info["channel_id"])
+        if self.send_hold is not None:
+            self.held += 1
+            async with self._changed:
+                self._changed.notify_all()
+            await self.send_hold.wait()
         return _json(message(channel_id, BOT_USER, body.get("content", "")))
 
     async def _typing(self, request: web.Request) -> web.Response:

@@ -196,6 +196,8 @@ class FakeLLM:
     in_flight: int = 0
     embedding_requests: list[dict[str, Any]] = field(default_factory=list)
     embedding_error: Reply | None = None  # e.g. error(500): every embeddings request fails
+    # Set: every embeddings request waits for it (a tool that embeds blocks, e.g. until a kill).
+    embedding_hold: asyncio.Event | None = None
     # As Ollama serves a model without tool calling: any request offering tools gets a 400.
     tools_unsupported: bool = False
     # As OpenAI answers for a model without vision: any request with an image part gets a 400.
@@ -367,6 +369,11 @@ class FakeLLM:
         body = await request.json()
         body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
         self.embedding_requests.append(body)
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
+        if self.embedding_hold is not None:
+            await self.embedding_hold.wait()
         if self.embedding_error is not None:
             return await self._respond(request, body, self.embedding_error)
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]

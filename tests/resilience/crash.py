@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import re
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from memory.files import MEMORY_TEMPLATE
-from tests.fakes.llm import FakeLLM, consolidation_reply, is_consolidation, last_user_text, text
+from memory.sessions import turn_after
+from tests.fakes.llm import (
+    FakeLLM,
+    consolidation_reply,
+    is_consolidation,
+    last_user_text,
+    text,
+    tool_call,
+)
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.harness import Gateway, SessionFile, read_session, session_paths, until
 
@@ -40,7 +49,9 @@ class CrashReport:
     resets: int = 0  # /new commands pushed
     replies: int = 0  # answers delivered by sendMessage
     stored: int = 0  # distinct user texts found in the session files
-    unanswered: int = 0  # stored, but the process died before the answer went out
+    unanswered: int = 0  # stored, but never answered (a broken promise)
+    repeated: int = 0  # answers delivered more than once (at least once: a kill after sending)
+    tool_turns: int = 0  # turns with a tool step, as stored
     lost: list[str] = field(default_factory=list)  # pushed, never stored
     memory_checks: int = 0
     memory_versions: int = 0
@@ -57,23 +68,37 @@ class CrashReport:
             f"unanswered_after_kill={self.unanswered} lost={len(self.lost)} "
             f"memory_checks={self.memory_checks} memory_versions={self.memory_versions} "
             f"consolidations={self.consolidations} archives={self.archives} "
-            f"torn_tails={self.torn_tails} problems={len(self.problems)}"
+            f"torn_tails={self.torn_tails} tool_turns={self.tool_turns} "
+            f"repeated={self.repeated} problems={len(self.problems)}"
         )
 
 
 class ScriptedModel:
     """The fake LLM's answers for the run: an echo naming the message, well-formed consolidations.
 
+    One message in `tool_every` (chosen by its text, so a replay chooses the same) first gets a
+    tool step (list_dir), then the echo once the tool's result is in.
+
     Every MEMORY.md text the model hands out is remembered, so a check can tell a whole file from a
     partial one: MEMORY.md must always equal the template or one of these, byte for byte.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tool_every: int = 10) -> None:
         self.memory_texts = {MEMORY_TEMPLATE}
+        self.tool_every = tool_every
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         if not is_consolidation(body):
-            return text(f"echo: {last_user_text(body)}")
+            asked = last_user_text(body)
+            last = body.get("messages", [{}])[-1]
+            if (
+                self.tool_every
+                and last.get("role") == "user"
+                and _TEXT.fullmatch(asked)
+                and zlib.crc32(asked.encode()) % self.tool_every == 0
+            ):
+                return tool_call("list_dir", {"path": "."})
+            return text(f"echo: {asked}")
         reply = consolidation_reply(body)
         arguments = json.loads(reply["tool_calls"][0]["arguments"])
         if "memory_update" in arguments:
@@ -107,6 +132,8 @@ async def crash_run(
     kills: int = 20,
     chats: int = 20,
     seed: int | None = None,
+    tool_every: int = 10,
+    max_repeats: int = 1,
     env: dict[str, str] | None = None,
     say: Callable[[str], None] = print,
 ) -> CrashReport:
@@ -114,7 +141,7 @@ async def crash_run(
     seed = random.randrange(2**32) if seed is None else seed
     say(f"crash run: seed={seed} kills={kills} chats={chats} (replay with this seed)")
     report = CrashReport(seed)
-    model = ScriptedModel()
+    model = ScriptedModel(tool_every)
     llm.default = model
     gateway = Gateway(
         root,
@@ -190,7 +217,7 @@ async def crash_run(
     report.messages = len(pushed)
     report.resets = sum(resets.values())
     report.memory_versions = len(model.memory_texts)
-    audit(gateway.workspace, telegram, pushed, resets, report)
+    audit(gateway.workspace, telegram, pushed, resets, report, max_repeats)
     say(f"crash run: {report.summary()}")
     for problem in report.problems[:20]:
         say(f"  problem: {problem}")
@@ -203,6 +230,7 @@ def audit(
     pushed: list[str],
     resets: Counter[int],
     report: CrashReport,
+    max_repeats: int = 1,
 ) -> None:
     """Compare the session files with what was pushed and what the fake Bot API delivered."""
     sessions: list[SessionFile] = []
@@ -225,10 +253,10 @@ def audit(
             stored[content] += 1
             if match := _TEXT.fullmatch(content):
                 numbers.append(int(match.group(2)))
-            following = messages[index + 1] if index + 1 < len(messages) else {}
-            if following.get("role") == "assistant" and following.get("content") == (
-                f"echo: {content}"
-            ):
+            # The answer follows the message, after the turn's tool steps if it had any.
+            steps, answer, _ = turn_after(messages, index)
+            report.tool_turns += bool(steps)
+            if answer is not None and answer.get("content") == f"echo: {content}":
                 answered_in_file.add(content)
         if numbers != sorted(numbers):
             report.problems.append(f"{session.path.name}: user messages out of order")
@@ -252,9 +280,11 @@ def audit(
     replies = [str(p.get("plain", p.get("text"))) for p in telegram.sent()]
     answers = [r.removeprefix("echo: ") for r in replies if r.startswith("echo: ")]
     report.replies = len(answers)
-    for answer, count in Counter(answers).items():
-        if count > 1:
-            report.problems.append(f"{answer!r} was answered {count} times")
+    report.repeated = len(answers) - len(set(answers))
+    if report.repeated > max_repeats:
+        repeats = [a for a, count in Counter(answers).items() if count > 1]
+        report.problems.append(f"{report.repeated} answers repeated (at most {max_repeats}): "
+                               f"{repeats[:5]}")  # fmt: skip
     for answer in set(answers) - answered_in_file:
         report.problems.append(f"{answer!r} was answered but its lines are not in a session")
     for content, count in stored.items():
@@ -269,4 +299,7 @@ def audit(
     everything = set(pushed) | {f"c{c}-final" for c in range(FIRST_CHAT, FIRST_CHAT + 1000)}
     report.stored = len(set(stored) & everything)
     report.unanswered = len((set(stored) & set(pushed)) - set(answers))
+    if report.unanswered:
+        never = sorted((set(stored) & set(pushed)) - set(answers))
+        report.problems.append(f"{report.unanswered} kept but never answered: {never[:5]}")
     report.lost = [message for message in pushed if message not in stored]

@@ -38,7 +38,16 @@ def crash_report(tmp_path_factory: pytest.TempPathFactory) -> CrashReport:
         telegram, telegram_runner = await start_fake_telegram()
         try:
             return await crash_run(
-                root, llm, telegram, kills=KILLS, chats=CHATS, seed=seed, env=env
+                root,
+                llm,
+                telegram,
+                kills=KILLS,
+                chats=CHATS,
+                seed=seed,
+                env=env,
+                # At least once: a repeat needs a kill between Telegram's acceptance and the
+                # inbox done line, which under this load is tens of milliseconds (6 to 16 seen).
+                max_repeats=2 * KILLS,
             )
         finally:
             await telegram_runner.cleanup()
@@ -49,7 +58,8 @@ def crash_report(tmp_path_factory: pytest.TempPathFactory) -> CrashReport:
 
 @pytest.mark.timeout(240)
 def test_twenty_kills_break_no_promise(crash_report: CrashReport) -> None:
-    """After 20 kills: answers on disk, JSONL valid, MEMORY.md whole, nothing done twice."""
+    """After 20 kills: every message answered, at most two repeats per kill, JSONL valid,
+    MEMORY.md whole, nothing stored twice."""
     report = crash_report
     assert report.kills == KILLS and report.starts == KILLS + 1, report.summary()
     assert report.problems == [], f"seed {report.seed}: {report.summary()}"

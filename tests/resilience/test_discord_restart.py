@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.discord_api import ALICE, BOT_ID, DM, FakeDiscord
-from tests.fakes.llm import FakeLLM, last_user_text, text
+from tests.fakes.llm import FakeLLM, last_user_text, text, tool_call
 from tests.resilience.conftest import GatewayFactory
 from tests.resilience.harness import Gateway, read_sessions, until
 
@@ -93,3 +93,41 @@ async def test_a_queued_message_is_answered_once_after_a_restart(
     assert replies(fake_discord, "echo: queued question") == 1
     users = [t for s in read_sessions(gateway.workspace) for t in s.texts("user")]
     assert users.count("queued question") == 1 and users.count("slow question") == 1
+
+
+@pytest.mark.timeout(120)
+async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_after_a_kill(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Any
+) -> None:
+    """SIGKILLed with one answer stored but not taken by Discord, the answer arrives once after the
+    restart; SIGKILLed after a tool's result is stored, the turn is answered without running the
+    tool again."""
+    gateway = make_gateway(discord_settings(fake_discord, tmp_path))
+    await start_on_discord(gateway)
+    fake_discord.send_hold = asyncio.Event()  # Discord never takes it: the kill comes first
+    fake_llm.push(text("the owed answer"), match=lambda body: last_user_text(body) == "owe me")
+    await fake_discord.send_message(DM, ALICE, "owe me")
+    await fake_discord.wait_for(lambda: fake_discord.held == 1)
+    await gateway.kill()
+    fake_discord.send_hold = None  # the held request stays unanswered: it never counts as sent
+    await start_on_discord(gateway)
+    await fake_discord.wait_for(lambda: replies(fake_discord, "the owed answer") == 1)
+
+    (gateway.workspace / "runs.md").write_text("runs:")
+    edit = {"path": "runs.md", "old_text": "runs:", "new_text": "runs: ran"}
+    asked = lambda body: last_user_text(body) == "count a run"  # noqa: E731
+    fake_llm.push(tool_call("edit_file", edit), match=asked)
+    release = asyncio.Event()
+    fake_llm.push(text("lost with the process"), hold=release, match=asked)
+    await fake_discord.send_message(DM, ALICE, "count a run")
+    await until(lambda: len([b for b in fake_llm.chat_requests() if asked(b)]) == 2, 20, "step 2")
+    await gateway.kill()
+    release.set()
+    fake_llm.push(text("counted"), match=asked)
+    await start_on_discord(gateway)
+    await fake_discord.wait_for(lambda: replies(fake_discord, "counted") == 1)
+    await answered(fake_discord, "anything else?")
+    assert await gateway.stop() == 0
+    assert replies(fake_discord, "the owed answer") == 1 and replies(fake_discord, "counted") == 1
+    assert (gateway.workspace / "runs.md").read_text() == "runs: ran"
+    assert len([b for b in fake_llm.chat_requests() if last_user_text(b) == "owe me"]) == 1
