@@ -153,12 +153,15 @@ class DiscordChannel:
                 if self._inbox is not None:
                     self._inbox.close()
 
-    async def send(self, message: OutboundMessage) -> None:
-        """Send `message` split below 2000 characters; a failure is logged, never raised."""
+    async def send(self, message: OutboundMessage) -> bool:
+        """Send `message` split below 2000 characters; a failure is logged, never raised.
+
+        True when every piece was sent (a scheduled job retries on False).
+        """
         client = self._client
         if client is None or client.is_closed():
             log.warning("discord send while not running chat_id=%s", message.chat_id)
-            return
+            return False
         try:
             channel = client.get_partial_messageable(int(message.chat_id))
             reference = (
@@ -174,7 +177,7 @@ class DiscordChannel:
                 message.chat_id,
                 message.reply_to,
             )
-            return
+            return False
         pieces = split_message(message.text, MESSAGE_LIMIT)
         for index, piece in enumerate(pieces):
             try:
@@ -191,7 +194,8 @@ class DiscordChannel:
                     len(pieces),
                     exc,
                 )
-                return
+                return False
+        return True
 
     # -- gateway events (called by _Client) --------------------------------------------------------
 

@@ -12,18 +12,19 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import COMMANDS, HELP_TEXT, format_size, parse_command
+from gateway.commands import COMMANDS, HELP_TEXT, command_args, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
-from gateway.tools import ToolBox, ToolRegistry
+from gateway.tools import ToolBox, ToolRegistry, turn_origin
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
@@ -77,6 +78,7 @@ class AgentLoop:
         keeper: MemoryKeeper | None = None,
         observer: TurnObserver | None = None,
         budget: PromptBudget | None = None,
+        jobs_command: Callable[[str, InboundMessage], str] | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -93,6 +95,7 @@ class AgentLoop:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._fixed_counts: dict[str, int] = {}
+        self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(self, message: InboundMessage) -> OutboundMessage | None:
@@ -178,12 +181,23 @@ class AgentLoop:
             return "Stopped."
         if name == "status":
             return await self._status(key, scope_for(message, self.config.memory.groups).memory)
+        if name == "jobs":
+            if self.jobs_command is None:
+                return "Scheduled jobs are not available here."
+            return self.jobs_command(command_args(message.text), message)
         # /new waits for a running turn of this chat, then rotates the file at once.
         async with self._session_lock(key):
             archived = await self.sessions.rotate(key)
         if archived is not None and self.keeper is not None:
             self.keeper.after_rotate(key, archived)
         return NEW_SESSION_REPLY
+
+    async def record_assistant(self, key: str, text: str, extra: dict[str, str]) -> None:
+        """Store an assistant line nobody asked for (a reminder), in order with the turns."""
+        async with self._session_lock(key):
+            session = await self.sessions.get(key)
+            line: dict[str, Any] = {"role": "assistant", "content": text, **extra}
+            await self.sessions.add_messages(session, [line])
 
     async def _status(self, key: str, with_memory: bool) -> str:
         session = await self.sessions.get(key)
@@ -209,6 +223,7 @@ class AgentLoop:
 
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
+        turn_origin.set(message)  # this task's own context: the tools learn which chat asks
         session = await self.sessions.get(message.key)
         stored = _stored_at(session, message.message_id) if message.message_id else None
         if stored is not None and stored != len(session.messages) - 1:

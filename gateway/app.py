@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.agent import AgentLoop
+from gateway.clock import Clock, SystemClock
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
+from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError, MemgateError
+from gateway.job_tools import JobTools
+from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
 from gateway.metrics import Metrics
 from gateway.provider import ChatProvider, OpenAIEmbedder, OpenAIProvider, ToolSupport
+from gateway.scheduler import Scheduler
 from gateway.state import check_apart, index_path, move_workspace_state
 from gateway.tools import Tool, ToolBox
 from memory.budget import PromptBudget
@@ -49,6 +53,7 @@ class Runtime:
     agent: AgentLoop
     consolidator: Consolidator
     metrics: Metrics
+    scheduler: Scheduler  # its loop runs in `memgate run`, which can deliver to chats
 
 
 class ProviderSummaryModel:
@@ -182,7 +187,7 @@ def make_provider(config: Config, tool_support: ToolSupport | None = None) -> Op
 
 @asynccontextmanager
 async def open_runtime(
-    config: Config, provider: ChatProvider | None = None
+    config: Config, provider: ChatProvider | None = None, clock: Clock | None = None
 ) -> AsyncIterator[Runtime]:
     """Build the runtime; resources close in reverse order on exit.
 
@@ -190,7 +195,7 @@ async def open_runtime(
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
     """
     try:
-        async with _build_runtime(config, provider) as runtime:
+        async with _build_runtime(config, provider, clock or SystemClock()) as runtime:
             yield runtime
     except ExceptionGroup as group:
         if len(group.exceptions) != 1:
@@ -200,7 +205,9 @@ async def open_runtime(
 
 
 @asynccontextmanager
-async def _build_runtime(config: Config, provider: ChatProvider | None) -> AsyncIterator[Runtime]:
+async def _build_runtime(
+    config: Config, provider: ChatProvider | None, clock: Clock
+) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
         check_apart(config.workspace, config.state_dir, config.source)
         memory = await asyncio.to_thread(ensure_workspace, config)
@@ -225,7 +232,13 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
-        tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools)
+        try:
+            store = await asyncio.to_thread(JobStore, config.state_dir)
+        except JobError as exc:
+            raise MemgateError(str(exc)) from exc
+        scheduler = Scheduler(store, clock, config.tz, config.automation.grace)
+        job_tools = JobTools(scheduler, config.tz)
+        tools = ToolBox(config.workspace, config.state_dir, memory, memory_tools, job_tools.tools())
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         summary_model = ProviderSummaryModel(
             summarizer, getattr(summarizer, "tool_support", tool_support)
@@ -262,6 +275,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             keeper=consolidator,
             observer=metrics,
             budget=budget,
+            jobs_command=job_tools.command,
         )
         group = await stack.enter_async_context(asyncio.TaskGroup())
         worker = group.create_task(consolidator.run(), name="consolidator")
@@ -274,4 +288,6 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
 
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
-        yield Runtime(config, memory, sessions, counter, provider, agent, consolidator, metrics)
+        yield Runtime(
+            config, memory, sessions, counter, provider, agent, consolidator, metrics, scheduler
+        )

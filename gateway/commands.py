@@ -1,4 +1,4 @@
-"""Chat commands handled before the model: /new, /stop, /help, /status."""
+"""Chat commands handled before the model: /new, /stop, /help, /status, /jobs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ Commands:
 /new — start a fresh conversation (the old one is archived and summarised into memory)
 /stop — cancel the answer I am working on (your message is kept)
 /status — size of this conversation, what is not yet in memory, and the model in use
+/jobs — this chat's scheduled jobs; /jobs cancel ID removes one
 /help — this list"""
 
-COMMANDS = ("new", "stop", "help", "status")
+COMMANDS = ("new", "stop", "help", "status", "jobs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,12 @@ def parse_command(text: str) -> Command | None:
     if not name.isidentifier():
         return None
     return Command(name, args.strip())
+
+
+def command_args(text: str) -> str:
+    """What follows the command word: `/jobs cancel ab12` → `cancel ab12`."""
+    command = parse_command(text)
+    return command.args if command is not None else ""
 
 
 def format_size(count: int) -> str:

@@ -1,0 +1,132 @@
+"""How people and the model reach the scheduler from a chat: the `schedule`, `list_jobs` and
+`cancel_job` tools (private chats only) and the `/jobs` command.
+
+The chat a job belongs to is the chat whose turn made it (`turn_origin`), never an argument the
+model could point elsewhere.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from typing import Any
+
+from gateway.bus import InboundMessage
+from gateway.jobs import JobError, format_time, new_job
+from gateway.scheduler import Scheduler
+from gateway.tools import Tool, ToolError, turn_origin
+
+GROUP_REFUSAL = "scheduled jobs can be made only in a private chat with the owner"
+
+
+class JobTools:
+    """The three tools and `/jobs`, for one scheduler."""
+
+    def __init__(self, scheduler: Scheduler, tz: zoneinfo.ZoneInfo) -> None:
+        self.scheduler = scheduler
+        self.tz = tz
+
+    def _origin(self) -> InboundMessage:
+        origin = turn_origin.get()
+        if origin is None:
+            raise ToolError("no chat is asking; jobs belong to a chat")
+        if origin.is_group or not origin.sender_is_owner:
+            raise ToolError(GROUP_REFUSAL)
+        return origin
+
+    async def _schedule(self, arguments: dict[str, Any]) -> str:
+        origin = self._origin()
+
+        def text(key: str) -> str | None:
+            value = arguments.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ToolError(f"{key} must be a string")
+            return value or None
+
+        try:
+            job = new_job(
+                session=origin.key,
+                channel=origin.channel,
+                chat_id=origin.chat_id,
+                now=self.scheduler.clock(),
+                tz=self.tz,
+                at=text("at"),
+                every=text("every"),
+                cron=text("cron"),
+                message=text("message"),
+                prompt=text("prompt"),
+            )
+        except JobError as exc:
+            raise ToolError(str(exc)) from None
+        self.scheduler.add(job)
+        assert job.next_run is not None
+        return f"Scheduled job {job.id}; first run {format_time(job.next_run, self.tz)}."
+
+    async def _list(self, arguments: dict[str, Any]) -> str:
+        return self.describe(self._origin().key)
+
+    async def _cancel(self, arguments: dict[str, Any]) -> str:
+        origin = self._origin()
+        job_id = str(arguments.get("id", "")).strip()
+        if self.scheduler.cancel(job_id, session=origin.key) is None:
+            raise ToolError(f"no job {job_id!r} in this chat (see list_jobs)")
+        return f"Cancelled job {job_id}."
+
+    def describe(self, session: str) -> str:
+        jobs = self.scheduler.jobs(session)
+        if not jobs:
+            return "No scheduled jobs in this chat."
+        return "\n".join(job.describe(self.tz) for job in jobs)
+
+    def command(self, args: str, message: InboundMessage) -> str:
+        """`/jobs` lists this chat's jobs; `/jobs cancel ID` removes one of them."""
+        if message.is_group or not message.sender_is_owner:
+            return f"Sorry: {GROUP_REFUSAL}."
+        words = args.split()
+        if not words:
+            return self.describe(message.key)
+        if words[0] in ("cancel", "remove") and len(words) == 2:
+            if self.scheduler.cancel(words[1], session=message.key) is None:
+                return f"No job {words[1]} in this chat."
+            return f"Cancelled job {words[1]}."
+        return "Usage: /jobs, or /jobs cancel ID"
+
+    def tools(self) -> list[Tool]:
+        return [
+            Tool(
+                "schedule",
+                "Schedule a reminder or a recurring task in this chat. Give exactly one of at, "
+                "every or cron, and exactly one of message (sent as is when due) or prompt "
+                f"(an instruction you will carry out when due). Times are {self.tz.key} time.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "at": {
+                            "type": "string",
+                            "description": "ISO 8601 date-time, e.g. 2026-12-02T09:00; "
+                            f"without an offset it is {self.tz.key} time",
+                        },
+                        "every": {"type": "string", "description": "interval: 30m, 2h, 1d"},
+                        "cron": {
+                            "type": "string",
+                            "description": "cron expression, e.g. '0 8 * * 1-5' (08:00 weekdays)",
+                        },
+                        "message": {"type": "string", "description": "text to send when due"},
+                        "prompt": {"type": "string", "description": "instruction to run when due"},
+                    },
+                    "required": [],
+                },
+                self._schedule,
+            ),
+            Tool(
+                "list_jobs",
+                "List this chat's scheduled jobs with their ids and next run times.",
+                {"type": "object", "properties": {}, "required": []},
+                self._list,
+            ),
+            Tool(
+                "cancel_job",
+                "Cancel one of this chat's scheduled jobs by id.",
+                {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+                self._cancel,
+            ),
+        ]
