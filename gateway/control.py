@@ -6,6 +6,7 @@ one request object per connection, one answer object back.
     {"op": "chat", "text": "...", "session": "terminal:local", "sender": "alice"}
         -> {"text": "...", "failed": false}
     {"op": "status"} -> {"channels": {"telegram": true}, "queue": 0, "uptime": 12.5}
+    {"op": "jobs", "action": "remove", "id": "a1b2c3"} -> {"ok": true, "text": "..."}
 
 A chat request goes through the service's own agent, so the terminal shares its memory and its
 session files; the agent's `/stop` ends a held answer from another connection.
@@ -18,7 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,20 @@ MAX_REQUEST = 1024 * 1024  # one message of text, with room to spare
 CONNECT_TIMEOUT = 2.0  # seconds; the socket is local, an answer this slow means no service
 
 
+Operation = Callable[[dict[str, Any]], dict[str, Any]]
+"""A further op (e.g. `jobs`): the request in, the answer out; it runs on the service's loop."""
+
+
 def socket_path(state_dir: Path) -> Path:
     return state_dir / SOCKET_NAME
 
 
 @asynccontextmanager
 async def control_server(
-    path: Path, handler: Handler, status: Callable[[], dict[str, Any]]
+    path: Path,
+    handler: Handler,
+    status: Callable[[], dict[str, Any]],
+    ops: Mapping[str, Operation] | None = None,
 ) -> AsyncIterator[None]:
     """Serve the control socket at `path` while the block runs; the file is removed after."""
     ensure_private_dir(path.parent)
@@ -50,7 +58,7 @@ async def control_server(
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
-            answer = await _answer(line, handler, status, started)
+            answer = await _answer(line, handler, status, started, ops or {})
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -81,6 +89,7 @@ async def _answer(
     handler: Handler,
     status: Callable[[], dict[str, Any]],
     started: float,
+    ops: Mapping[str, Operation],
 ) -> dict[str, Any]:
     try:
         request = json.loads(line)
@@ -89,6 +98,8 @@ async def _answer(
         return {"error": "not a control request (one JSON object with an op, per line)"}
     if op == "status":
         return {**status(), "uptime": round(time.monotonic() - started, 1)}
+    if isinstance(op, str) and op in ops:
+        return ops[op](request)
     if op == "chat" and isinstance(request.get("text"), str):
         sender = str(request.get("sender") or "local")
         message = InboundMessage(

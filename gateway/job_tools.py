@@ -90,6 +90,26 @@ class JobTools:
             return f"Cancelled job {words[1]}."
         return "Usage: /jobs, or /jobs cancel ID"
 
+    def operate(self, action: str, job_id: str = "") -> tuple[bool, str]:
+        """`memgate jobs ACTION [ID]` for every chat's jobs: (done, text to print)."""
+        if action == "list":
+            jobs = self.scheduler.jobs()
+            if not jobs:
+                return True, "No scheduled jobs."
+            return True, "\n".join(job.describe(self.tz) for job in jobs)
+        changes = {
+            "remove": self.scheduler.cancel,
+            "pause": self.scheduler.pause,
+            "resume": self.scheduler.resume,
+        }
+        change = changes.get(action)
+        if change is None:
+            return False, f"unknown action {action!r}; use list, remove, pause or resume"
+        if change(job_id) is None:
+            return False, f"no job {job_id!r} (see memgate jobs list)"
+        done = {"remove": "Removed", "pause": "Paused", "resume": "Resumed"}[action]
+        return True, f"{done} job {job_id}."
+
     def tools(self) -> list[Tool]:
         return [
             Tool(

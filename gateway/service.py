@@ -24,6 +24,7 @@ from gateway.config import Config
 from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError
 from gateway.heartbeat import Heartbeat
+from gateway.job_tools import JobTools
 from gateway.metrics import health_server
 from gateway.scheduler import Deliver
 
@@ -121,8 +122,15 @@ async def run_service(config: Config) -> int:
                     "queue": runtime.consolidator.queue_depth,
                 }
 
-            # `memgate chat` and `memgate status` talk to this process through the socket.
-            async with control_server(socket_path(config.state_dir), runtime.agent.handle, live):
+            job_tools = JobTools(runtime.scheduler, config.tz)
+
+            def jobs(request: dict[str, Any]) -> dict[str, Any]:
+                done, text = job_tools.operate(str(request.get("action")), str(request.get("id")))
+                return {"ok": done, "text": text}
+
+            # `memgate chat`, `status` and `jobs` talk to this process through the socket.
+            socket = socket_path(config.state_dir)
+            async with control_server(socket, runtime.agent.handle, live, {"jobs": jobs}):
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:

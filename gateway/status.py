@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.config import Config
+from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore, parse_session_bytes
@@ -71,9 +72,23 @@ def describe(config: Config) -> str:
             f"{archival} archived session(s) awaiting consolidation",
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
+            describe_jobs(config),
             *describe_failures(config),
         ]
     )
+
+
+def describe_jobs(config: Config) -> str:
+    """How many scheduled jobs there are and when the next one is due."""
+    try:
+        store = JobStore(config.state_dir)
+    except JobError as exc:
+        return f"jobs:       unreadable ({exc})"
+    jobs = store.all()
+    paused = sum(1 for job in jobs if job.paused)
+    due = store.next_due()
+    following = "none due" if due is None else f"next due {format_time(due, config.tz)}"
+    return f"jobs:       {len(jobs)} scheduled ({paused} paused), {following}"
 
 
 def describe_failures(config: Config) -> list[str]:
