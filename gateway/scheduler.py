@@ -85,6 +85,11 @@ class Scheduler:
         self._wake.set()
         return job
 
+    @property
+    def idle(self) -> bool:
+        """No job is being run or delivered right now."""
+        return not self._busy
+
     def jobs(self, session: str | None = None) -> list[Job]:
         return [j for j in self.store.all() if session is None or j.session == session]
 
