@@ -47,6 +47,7 @@ class Scheduler:
         self.grace = grace
         self._wake = asyncio.Event()
         self._busy: set[str] = set()
+        self._moved = asyncio.Condition()  # notified when a job starts or finishes its work
         self._started = False
         self.runs = 0  # jobs run (turns or messages made), for tests and status
 
@@ -89,6 +90,15 @@ class Scheduler:
     def idle(self) -> bool:
         """No job is being run or delivered right now."""
         return not self._busy
+
+    async def wait_for(self, check: Callable[[], bool]) -> None:
+        """Wait until `check()` holds, looking again each time a job starts or finishes."""
+        async with self._moved:
+            await self._moved.wait_for(check)
+
+    async def _notify(self) -> None:
+        async with self._moved:
+            self._moved.notify_all()
 
     def jobs(self, session: str | None = None) -> list[Job]:
         return [j for j in self.store.all() if session is None or j.session == session]
@@ -148,6 +158,7 @@ class Scheduler:
         return job
 
     async def _work(self, job: Job, agent: JobAgent, deliver: Deliver) -> None:
+        await self._notify()
         try:
             text = job.pending if job.pending is not None else await self._make(job, agent)
             if text:
@@ -159,10 +170,12 @@ class Scheduler:
         finally:
             self._busy.discard(job.id)
             self._wake.set()
+            await self._notify()
 
     async def _make(self, job: Job, agent: JobAgent) -> str | None:
         """The text a run produces: the message (stored in the session), or a turn's answer."""
         self.runs += 1
+        await self._notify()
         log.info("job running id=%s kind=%s session=%s", job.id, job.kind, job.session)
         if job.message is not None:
             await agent.record_assistant(job.session, job.message, {"job": job.id})

@@ -81,6 +81,8 @@ async def gateway(
         try:
             async with asyncio.timeout(10):
                 while not channel.connected:  # the channel exposes no event for this
+                    if serving.done():
+                        serving.result()  # a failed start, as itself
                     await asyncio.sleep(0.01)
             jobs = asyncio.create_task(runtime.scheduler.run(runtime.agent, chat_sender([channel])))
             yield Gateway(runtime, channel)
@@ -103,8 +105,7 @@ def job(runtime: Runtime, **fields: Any) -> Job:
 async def settled(runtime: Runtime, clock: ManualClock, until: float | None = None) -> None:
     """Wait until no job is running or being delivered and the scheduler sleeps until `until`."""
     async with asyncio.timeout(10):
-        while not runtime.scheduler.idle:  # the scheduler's own flag; it exposes no event
-            await asyncio.sleep(0.01)
+        await runtime.scheduler.wait_for(lambda: runtime.scheduler.idle)
     await clock.idle_until(until)
 
 
@@ -247,9 +248,8 @@ async def test_a_scheduled_turn_and_a_message_never_interleave(
         fake_telegram.message("hello")
         await fake_llm.wait_for_requests(3, "chat")
         await clock.advance(summary.next_run - clock.now)
-        async with asyncio.timeout(10):
-            while gw.runtime.scheduler.runs < 1:  # the job's turn has started (and waits)
-                await asyncio.sleep(0.01)
+        async with asyncio.timeout(10):  # the job's turn has started (and waits)
+            await gw.runtime.scheduler.wait_for(lambda: gw.runtime.scheduler.runs >= 1)
         assert len(fake_llm.chat_requests()) == 3  # nothing asked for the job meanwhile
         held.set()
         await fake_telegram.wait_for(lambda: len(texts(fake_telegram)) == 4)
