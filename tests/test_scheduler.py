@@ -18,6 +18,7 @@ import pytest
 
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime, open_runtime
+from gateway.heartbeat import Heartbeat
 from gateway.jobs import Job, new_job
 from gateway.service import chat_sender
 from tests.conftest import ManualClock, build_config, deep_merge
@@ -262,3 +263,76 @@ async def test_a_scheduled_turn_and_a_message_never_interleave(
         assert scheduled["role"] == "user" and scheduled["content"] == "summarise my notes"
         assert scheduled["sender"] == "scheduler" and scheduled["message_id"].startswith("job-")
         assert lines[hello + 3][0] == "assistant"
+
+
+async def test_undeliverable_text_is_retried_then_the_job_is_paused_with_the_reason(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A bot blocked by the user: the reminder is tried again a few times, then the job is paused
+    and the listing says why; resumed, the kept text is delivered once."""
+    clock = ManualClock(START)
+    for _ in range(4):
+        fake_telegram.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        scheduler = gw.runtime.scheduler
+        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+        assert made.next_run is not None
+        await clock.idle_until(made.next_run)
+        await clock.advance(made.next_run - clock.now)
+
+        def failed(times: int) -> bool:
+            kept = scheduler.store.get(made.id)
+            return kept is not None and kept.failures == times and scheduler.idle
+
+        for attempt in range(1, 4):
+            async with asyncio.timeout(10):
+                await scheduler.wait_for(lambda a=attempt: failed(a))
+            kept = scheduler.store.get(made.id)
+            assert kept is not None and kept.retry_at is not None and not kept.paused
+            await clock.idle_until(kept.retry_at)
+            await clock.advance(kept.retry_at - clock.now)
+        async with asyncio.timeout(10):
+            await scheduler.wait_for(lambda: failed(4))
+        assert texts(fake_telegram) == []
+        listing = scheduler.jobs()[0].describe(TZ)
+        assert "PAUSED (delivery failed 4 times" in listing
+        scheduler.resume(made.id)
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert texts(fake_telegram) == ["Water the plants"]
+        assert scheduler.jobs() == []
+
+
+async def test_heartbeat_with_an_empty_checklist_asks_nothing_and_a_full_one_may_speak(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """HEARTBEAT.md with only a heading: no model call at all. With a task: one turn per beat,
+    silent when the model says HEARTBEAT_OK, sent to the home chat when it has something."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        workspace = gw.runtime.config.workspace
+        (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n\n")
+        beat = Heartbeat(workspace, "telegram:42", 1800, clock)
+        deliver = chat_sender([gw.channel])
+        beating = asyncio.create_task(beat.run(gw.runtime.agent, deliver))
+        try:
+            for n in range(1, 3):
+                await clock.idle_until(START + 1800 * n)
+                await clock.advance(1800)
+            await clock.idle_until(START + 1800 * 3)
+            assert fake_llm.requests == [] and beat.beats == 0
+            (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- tell me if it is Friday\n")
+            fake_llm.push(text("HEARTBEAT_OK"))
+            fake_llm.push(text("It is Friday tomorrow."))
+            for n in range(3, 5):
+                await clock.advance(1800)
+                await clock.idle_until(START + 1800 * (n + 1))
+            await fake_telegram.wait_sent(1)
+            assert len(fake_llm.chat_requests()) == 2
+            assert "tell me if it is Friday" in last_user_text(fake_llm.chat_requests()[0])
+            assert texts(fake_telegram) == ["It is Friday tomorrow."]
+            assert (workspace / "sessions" / "heartbeat.jsonl").exists()  # its own session
+            assert not gw.session_file.exists()  # the home chat's conversation is untouched
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
