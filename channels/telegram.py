@@ -51,6 +51,7 @@ COMMANDS = (
     ("new", "Start a new session"),
     ("stop", "Stop the reply in progress"),
     ("status", "Session and memory status"),
+    ("jobs", "Scheduled jobs of this chat"),
     ("help", "What I can do"),
 )
 GREETING = "Hi! I'm your memgate assistant: just write to me. /help lists the commands."

@@ -111,27 +111,20 @@ class JobTools:
         return True, f"{done} job {job_id}."
 
     def tools(self) -> list[Tool]:
+        # Short texts: these schemas are in every private prompt, within the token budget.
         return [
             Tool(
                 "schedule",
-                "Schedule a reminder or a recurring task in this chat. Give exactly one of at, "
-                "every or cron, and exactly one of message (sent as is when due) or prompt "
-                f"(an instruction you will carry out when due). Times are {self.tz.key} time.",
+                "Schedule a reminder or recurring task in this chat: one of at, every or cron, and "
+                f"one of message (sent as is) or prompt (run by you when due). Zone {self.tz.key}.",
                 {
                     "type": "object",
                     "properties": {
-                        "at": {
-                            "type": "string",
-                            "description": "ISO 8601 date-time, e.g. 2026-12-02T09:00; "
-                            f"without an offset it is {self.tz.key} time",
-                        },
-                        "every": {"type": "string", "description": "interval: 30m, 2h, 1d"},
-                        "cron": {
-                            "type": "string",
-                            "description": "cron expression, e.g. '0 8 * * 1-5' (08:00 weekdays)",
-                        },
-                        "message": {"type": "string", "description": "text to send when due"},
-                        "prompt": {"type": "string", "description": "instruction to run when due"},
+                        "at": {"type": "string", "description": "ISO date-time"},
+                        "every": {"type": "string", "description": "e.g. 30m, 2h, 1d"},
+                        "cron": {"type": "string", "description": "e.g. 0 8 * * 1-5"},
+                        "message": {"type": "string"},
+                        "prompt": {"type": "string"},
                     },
                     "required": [],
                 },
@@ -139,13 +132,13 @@ class JobTools:
             ),
             Tool(
                 "list_jobs",
-                "List this chat's scheduled jobs with their ids and next run times.",
+                "List this chat's scheduled jobs.",
                 {"type": "object", "properties": {}, "required": []},
                 self._list,
             ),
             Tool(
                 "cancel_job",
-                "Cancel one of this chat's scheduled jobs by id.",
+                "Cancel a scheduled job of this chat by id.",
                 {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
                 self._cancel,
             ),
