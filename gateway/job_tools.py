@@ -110,6 +110,11 @@ class JobTools:
         done = {"remove": "Removed", "pause": "Paused", "resume": "Resumed"}[action]
         return True, f"{done} job {job_id}."
 
+    def control_op(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The control socket's `jobs` op: `memgate jobs` while the service runs."""
+        done, text = self.operate(str(request.get("action")), str(request.get("id") or ""))
+        return {"ok": done, "text": text}
+
     def tools(self) -> list[Tool]:
         # Short texts: these schemas are in every private prompt, within the token budget.
         return [

@@ -122,15 +122,10 @@ async def run_service(config: Config) -> int:
                     "queue": runtime.consolidator.queue_depth,
                 }
 
-            job_tools = JobTools(runtime.scheduler, config.tz)
-
-            def jobs(request: dict[str, Any]) -> dict[str, Any]:
-                done, text = job_tools.operate(str(request.get("action")), str(request.get("id")))
-                return {"ok": done, "text": text}
-
+            jobs = {"jobs": JobTools(runtime.scheduler, config.tz).control_op}
             # `memgate chat`, `status` and `jobs` talk to this process through the socket.
             socket = socket_path(config.state_dir)
-            async with control_server(socket, runtime.agent.handle, live, {"jobs": jobs}):
+            async with control_server(socket, runtime.agent.handle, live, jobs):
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:

@@ -6,6 +6,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from gateway.app import Runtime
+from gateway.control import control_server, request, socket_path
+from gateway.job_tools import JobTools
 from gateway.jobs import JobStore, new_job
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
@@ -83,3 +85,33 @@ async def test_memgate_jobs_list_remove_and_status(tmp_path: Path) -> None:
     assert JobStore(home / "state").all() == []
     code, out, _ = await memgate("jobs", home=home, env=ENV)
     assert (code, out.strip()) == (0, "No scheduled jobs.")
+
+
+async def test_jobs_op_on_the_control_socket_changes_the_running_schedulers_jobs(
+    runtime: Runtime,
+) -> None:
+    """While the service runs, `memgate jobs` goes through the control socket: pause and remove
+    act on the running scheduler's own jobs, and an unknown id is an error."""
+    job = runtime.scheduler.add(
+        new_job(
+            session="telegram:42",
+            channel="telegram",
+            chat_id="42",
+            now=1.8e9,
+            tz=UTC,
+            every="1h",
+            message="stretch",
+        )  # fmt: skip
+    )
+    tools = JobTools(runtime.scheduler, UTC)
+    path = socket_path(runtime.config.state_dir)
+    async with control_server(path, runtime.agent.handle, dict, {"jobs": tools.control_op}):
+        listed = await request(path, {"op": "jobs", "action": "list"})
+        assert listed is not None and listed["ok"] and job.id in listed["text"]
+        paused = await request(path, {"op": "jobs", "action": "pause", "id": job.id})
+        assert paused == {"ok": True, "text": f"Paused job {job.id}."}
+        assert runtime.scheduler.store.get(job.id).paused == "paused by the owner"  # type: ignore[union-attr]
+        missing = await request(path, {"op": "jobs", "action": "remove", "id": "nope"})
+        assert missing == {"ok": False, "text": "no job 'nope' (see memgate jobs list)"}
+        await request(path, {"op": "jobs", "action": "remove", "id": job.id})
+        assert runtime.scheduler.jobs() == []
