@@ -101,7 +101,7 @@ async def test_jobs_op_on_the_control_socket_changes_the_running_schedulers_jobs
             tz=UTC,
             every="1h",
             message="stretch",
-        )  # fmt: skip
+        )
     )
     tools = JobTools(runtime.scheduler, UTC)
     path = socket_path(runtime.config.state_dir)
