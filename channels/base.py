@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from gateway.bus import Handler
+from gateway.bus import Handler, OutboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,11 @@ class Channel(Protocol):
     name: str
 
     async def run(self) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> bool:
+        """Send a message to a chat (a reply, or one nobody asked for: a reminder); True when
+        the platform took all of it. Failures are logged, not raised."""
+        ...
 
     @property
     def connected(self) -> bool: ...

@@ -172,18 +172,24 @@ class DiscordChannel:
                 if self._inbox is not None:
                     self._inbox.close()
 
-    async def send(self, message: OutboundMessage) -> None:
-        """Send `message` split below 2000 characters; a failure is logged, never raised. Then
-        the reply is no longer owed (taken by Discord, or given up and logged)."""
-        if await self._send_pieces(message):
-            await message.sent()
+    async def send(self, message: OutboundMessage) -> bool:
+        """Send `message` split below 2000 characters; a failure is logged, never raised.
 
-    async def _send_pieces(self, message: OutboundMessage) -> bool:
-        """Send the pieces; False when not connected (the reply is still owed)."""
+        True when every piece was sent (a scheduled job retries on False). The reply is no longer
+        owed once Discord took it or it was given up and logged; only a send while the channel is
+        not connected leaves it owed, for the next start.
+        """
+        outcome = await self._send_pieces(message)
+        if outcome is not None:
+            await message.sent()
+        return bool(outcome)
+
+    async def _send_pieces(self, message: OutboundMessage) -> bool | None:
+        """Send the pieces: True all sent, False given up (logged), None not connected."""
         client = self._client
         if client is None or client.is_closed():
             log.warning("discord send while not running chat_id=%s", message.chat_id)
-            return False
+            return None
         try:
             channel = client.get_partial_messageable(int(message.chat_id))
             reference = (
@@ -199,7 +205,7 @@ class DiscordChannel:
                 message.chat_id,
                 message.reply_to,
             )
-            return True
+            return False
         pieces = split_message(message.text, MESSAGE_LIMIT)
         for index, piece in enumerate(pieces):
             try:
@@ -216,7 +222,7 @@ class DiscordChannel:
                     len(pieces),
                     exc,
                 )
-                break
+                return False
         return True
 
     # -- gateway events (called by _Client) --------------------------------------------------------
@@ -292,7 +298,11 @@ class DiscordChannel:
             return
         if answer.reply and answer.code:
             reply = OutboundMessage(self.name, str(message.channel.id), stranger_reply(answer.code))
-            self._track(self.send(reply), f"discord pairing {message.id}")
+            self._track(self._send_quietly(reply), f"discord pairing {message.id}")
+
+    async def _send_quietly(self, reply: OutboundMessage) -> None:
+        """A reply nobody waits on (its failure is logged by send)."""
+        await self.send(reply)
 
     async def _answer_pair(self, message: discord.Message, owner: bool, text: str) -> None:
         assert self._pairing is not None

@@ -59,6 +59,7 @@ COMMANDS = (
     ("new", "Start a new session"),
     ("stop", "Stop the reply in progress"),
     ("status", "Session and memory status"),
+    ("jobs", "Scheduled jobs of this chat"),
     ("help", "What I can do"),
 )
 GREETING = "Hi! I'm your memgate assistant: just write to me. /help lists the commands."
@@ -240,7 +241,7 @@ class TelegramChannel:
         for task in self._active:
             task.cancel()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[object]) -> None:
         assert self._tasks is not None
         task = self._tasks.create_task(_guarded(coro))
         self._active.add(task)
@@ -565,13 +566,17 @@ class TelegramChannel:
             await asyncio.sleep(TYPING_EVERY)
 
     # -- sending ----------------------------------------------------------------------------------
-    async def send(self, message: OutboundMessage) -> None:
+    async def send(self, message: OutboundMessage) -> bool:
         """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised.
-        Then the reply is no longer owed (taken by Telegram, or refused for good and logged)."""
-        await self._send_pieces(message)
-        await message.sent()
 
-    async def _send_pieces(self, message: OutboundMessage) -> None:
+        True when every piece reached Telegram (a scheduled job retries on False). Then the reply
+        is no longer owed (taken by Telegram, or refused for good and logged).
+        """
+        sent = await self._send_pieces(message)
+        await message.sent()
+        return sent
+
+    async def _send_pieces(self, message: OutboundMessage) -> bool:
         try:
             chat_id = int(message.chat_id)
             thread = message.metadata.get("thread_id")
@@ -579,16 +584,22 @@ class TelegramChannel:
             reply_to = int(message.reply_to) if message.reply_to else None
         except ValueError:
             log.error("telegram cannot address reply chat_id=%s", message.chat_id)
-            return
+            return False
+        if self._app is None:
+            log.warning("telegram send while not running chat_id=%s", chat_id)
+            return False
         pieces = await asyncio.to_thread(render_pieces, message.text)  # scrubbed by OutboundMessage
+        sent = True
         # One reply's pieces go out together, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
             for index, piece in enumerate(pieces):
-                await self._send_piece(chat_id, piece, thread_id, reply_to if index == 0 else None)
+                reply = reply_to if index == 0 else None
+                sent = await self._send_piece(chat_id, piece, thread_id, reply) and sent
+        return sent
 
     async def _send_piece(
         self, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None
-    ) -> None:
+    ) -> bool:
         options: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id}
         if reply_to is not None:
             options["reply_parameters"] = ReplyParameters(
@@ -596,19 +607,21 @@ class TelegramChannel:
             )
         try:
             await self._deliver(text=piece.html, parse_mode=ParseMode.HTML, **options)
-            return
+            return True
         except BadRequest as exc:
             if not _entities_refused(exc):
                 log.warning("telegram send failed chat_id=%s error=%s", chat_id, exc)
-                return
+                return False
             log.info("telegram refused the HTML, sending plain text chat_id=%s", chat_id)
         except TelegramError as exc:
             log.warning("telegram send failed chat_id=%s error=%s", chat_id, exc)
-            return
+            return False
         try:
             await self._deliver(text=piece.markdown, **options)
+            return True
         except TelegramError as exc:
             log.warning("telegram plain send failed chat_id=%s error=%s", chat_id, exc)
+            return False
 
     async def _deliver(self, **options: Any) -> None:
         """sendMessage, honouring flood control (wait out a retry_after, then try once more) and
@@ -725,7 +738,7 @@ async def _retrying(what: str, action: Callable[[], Awaitable[Any]]) -> None:
             delay = min(delay * 2, 60.0)
 
 
-async def _guarded(coro: Awaitable[None]) -> None:
+async def _guarded(coro: Awaitable[object]) -> None:
     """Run one message's work; a failure is logged and never takes the channel down."""
     try:
         await coro

@@ -16,12 +16,13 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import COMMANDS, HELP_TEXT, format_size, parse_command
+from gateway.commands import COMMANDS, HELP_TEXT, command_args, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError
@@ -29,7 +30,7 @@ from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
 from gateway.provider import ChatProvider, ChatResponse
 from gateway.scope import scope_for
-from gateway.tools import ToolBox, ToolRegistry
+from gateway.tools import ToolBox, ToolRegistry, turn_origin
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
@@ -101,6 +102,7 @@ class AgentLoop:
         observer: TurnObserver | None = None,
         budget: PromptBudget | None = None,
         media: MediaReader | None = None,
+        jobs_command: Callable[[str, InboundMessage], str] | None = None,
     ) -> None:
         self.config = config
         self.provider = provider
@@ -124,6 +126,7 @@ class AgentLoop:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._fixed_counts: dict[str, int] = {}
+        self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(self, message: InboundMessage) -> OutboundMessage | None:
@@ -253,6 +256,10 @@ class AgentLoop:
         if name == "status":
             memory = self.config.memory
             return await self._status(key, scope_for(message, memory.groups, memory.guests).memory)
+        if name == "jobs":
+            if self.jobs_command is None:
+                return "Scheduled jobs are not available here."
+            return self.jobs_command(command_args(message.text), message)
         # /new waits for a running turn of this chat and for its answers to be sent (a reply
         # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
         async with self._session_lock(key):
@@ -263,6 +270,13 @@ class AgentLoop:
         if archived is not None and self.keeper is not None:
             self.keeper.after_rotate(key, archived)
         return NEW_SESSION_REPLY
+
+    async def record_assistant(self, key: str, text: str, extra: dict[str, str]) -> None:
+        """Store an assistant line nobody asked for (a reminder), in order with the turns."""
+        async with self._session_lock(key):
+            session = await self.sessions.get(key)
+            line: dict[str, Any] = {"role": "assistant", "content": text, **extra}
+            await self.sessions.add_messages(session, [line])
 
     async def _status(self, key: str, with_memory: bool) -> str:
         session = await self.sessions.get(key)
@@ -288,6 +302,7 @@ class AgentLoop:
 
     # -- one turn ----------------------------------------------------------------------------------
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
+        turn_origin.set(message)  # this task's own context: the tools learn which chat asks
         session = await self.sessions.get(message.key)
         stored = _stored_at(session, message.message_id) if message.message_id else None
         steps: list[Message] = []

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.agent import AgentLoop
+from gateway.clock import Clock, SystemClock
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
+from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError, MemgateError
+from gateway.job_tools import JobTools
+from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
 from gateway.mcp import McpServers
 from gateway.media import MediaReader
@@ -30,6 +33,7 @@ from gateway.provider import (
     ToolSupport,
     VisionSupport,
 )
+from gateway.scheduler import Scheduler
 from gateway.state import check_apart, index_path, move_workspace_state
 from gateway.tools import Tool, ToolBox
 from memory.budget import PromptBudget
@@ -58,6 +62,7 @@ class Runtime:
     agent: AgentLoop
     consolidator: Consolidator
     metrics: Metrics
+    scheduler: Scheduler  # its loop runs in `memgate run`, which can deliver to chats
     mcp: McpServers | None = None
 
 
@@ -210,7 +215,7 @@ def make_transcriber(config: Config) -> OpenAITranscriber | None:
 
 @asynccontextmanager
 async def open_runtime(
-    config: Config, provider: ChatProvider | None = None
+    config: Config, provider: ChatProvider | None = None, clock: Clock | None = None
 ) -> AsyncIterator[Runtime]:
     """Build the runtime; resources close in reverse order on exit.
 
@@ -218,7 +223,7 @@ async def open_runtime(
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
     """
     try:
-        async with _build_runtime(config, provider) as runtime:
+        async with _build_runtime(config, provider, clock or SystemClock()) as runtime:
             yield runtime
     except ExceptionGroup as group:
         if len(group.exceptions) != 1:
@@ -228,7 +233,9 @@ async def open_runtime(
 
 
 @asynccontextmanager
-async def _build_runtime(config: Config, provider: ChatProvider | None) -> AsyncIterator[Runtime]:
+async def _build_runtime(
+    config: Config, provider: ChatProvider | None, clock: Clock
+) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
         check_apart(config.workspace, config.state_dir, config.source)
         memory = await asyncio.to_thread(ensure_workspace, config)
@@ -258,8 +265,19 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         mcp = McpServers(config.tools.mcp_servers)
         stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
         await mcp.start(group)
+        try:
+            store = await asyncio.to_thread(JobStore, config.state_dir)
+        except JobError as exc:
+            raise MemgateError(str(exc)) from exc
+        scheduler = Scheduler(store, clock, config.tz, config.automation.grace)
+        job_tools = JobTools(scheduler, config.tz)
         tools = ToolBox(
-            config.workspace, config.state_dir, memory, memory_tools, mcp.tools_by_scope()
+            config.workspace,
+            config.state_dir,
+            memory,
+            memory_tools,
+            mcp.tools_by_scope(),
+            private_tools=job_tools.tools(),
         )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         summary_model = ProviderSummaryModel(
@@ -303,6 +321,7 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
             observer=metrics,
             budget=budget,
             media=media,
+            jobs_command=job_tools.command,
         )
         worker = group.create_task(consolidator.run(), name="consolidator")
 
@@ -315,5 +334,14 @@ async def _build_runtime(config: Config, provider: ChatProvider | None) -> Async
         stack.push_async_callback(stop_consolidation)
         await consolidator.recover()
         yield Runtime(
-            config, memory, sessions, counter, provider, agent, consolidator, metrics, mcp
+            config,
+            memory,
+            sessions,
+            counter,
+            provider,
+            agent,
+            consolidator,
+            metrics,
+            scheduler,
+            mcp,
         )

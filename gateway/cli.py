@@ -22,6 +22,7 @@ from channels.base import ChannelConfigError
 from channels.pairing import PairingError, PairingStore
 from gateway import __version__
 from gateway.bus import Handler
+from gateway.clock import SystemClock
 from gateway.config import (
     OPENAI_URL,
     Config,
@@ -38,7 +39,11 @@ from gateway.config import (
 )
 from gateway.control import is_serving, remote_handler, request, socket_path
 from gateway.errors import ConfigError, MemgateError
+from gateway.job_tools import JobTools
+from gateway.jobs import JobError, JobStore
+from gateway.lock import WorkspaceLock
 from gateway.logs import configure_logging
+from gateway.scheduler import Scheduler
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
 from memory.fileio import FILE_MODE, create_exclusive, ensure_private_dir
@@ -352,6 +357,40 @@ def _when(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """List or change scheduled jobs: through the running service, else in the job file."""
+    config = load(args)
+    action, job_id = args.action or "list", args.id or ""
+    if action != "list" and not job_id:
+        print(f"memgate: jobs {action} needs a job id (see memgate jobs list)", file=sys.stderr)
+        return 2
+    socket = socket_path(config.state_dir)
+    answer = asyncio.run(request(socket, {"op": "jobs", "action": action, "id": job_id}))
+    if answer is not None and "error" not in answer:
+        done, text = bool(answer.get("ok")), str(answer.get("text", ""))
+    else:
+        done, text = _jobs_offline(config, action, job_id)
+    print(text, file=sys.stdout if done else sys.stderr)
+    return 0 if done else 1
+
+
+def _jobs_offline(config: Config, action: str, job_id: str) -> tuple[bool, str]:
+    lock = WorkspaceLock(config.workspace, config.state_dir)
+    if action != "list":
+        # A `memgate chat` holding the lock keeps the jobs in memory and would write over us.
+        lock.acquire()
+    try:
+        try:
+            store = JobStore(config.state_dir)
+        except JobError as exc:
+            raise MemgateError(str(exc)) from exc
+        scheduler = Scheduler(store, SystemClock(), config.tz, config.automation.grace)
+        return JobTools(scheduler, config.tz).operate(action, job_id)
+    finally:
+        if action != "list":
+            lock.release()
+
+
 def cmd_memory(args: argparse.Namespace) -> int:
     config = load(args)
     files = MemoryFiles(config.workspace, config.tz)
@@ -505,6 +544,12 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("code", metavar="CODE", help="the code the stranger was given")
     revoke = steps.add_parser("revoke", help="take an approval back", parents=[common])
     revoke.add_argument("address", metavar="CHANNEL:ID", help="e.g. telegram:123456")
+
+    jobs = add("jobs", cmd_jobs, "list, remove, pause or resume scheduled jobs")
+    jobs.add_argument(
+        "action", nargs="?", choices=("list", "remove", "pause", "resume"), help="default: list"
+    )
+    jobs.add_argument("id", nargs="?", help="the job's id, as `memgate jobs list` shows it")
     memory = add("memory", cmd_memory, "inspect and manage the memory files")
     actions = memory.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", help="print MEMORY.md", parents=[common])

@@ -1,4 +1,4 @@
-"""Chat commands handled before the model: /new, /stop, /help, /status."""
+"""Chat commands handled before the model: /new, /stop, /help, /status, /jobs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ Commands:
 /new — start a fresh conversation (the old one is archived and summarised into memory)
 /stop — cancel the answer I am working on (your message is kept)
 /status — size of this conversation, what is not yet in memory, and the model in use
+/jobs — this chat's scheduled jobs; /jobs cancel ID removes one
 /help — this list
 /pair CODE — let in someone who was given a pairing code (owners, in a DM with me)"""
 
-COMMANDS = ("new", "stop", "help", "status")
+COMMANDS = ("new", "stop", "help", "status", "jobs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,12 @@ def parse_command(text: str) -> Command | None:
     if not name.isidentifier():
         return None
     return Command(name, args.strip())
+
+
+def command_args(text: str) -> str:
+    """What follows the command word: `/jobs cancel ab12` → `cancel ab12`."""
+    command = parse_command(text)
+    return command.args if command is not None else ""
 
 
 def format_size(count: int) -> str:

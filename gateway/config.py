@@ -302,6 +302,25 @@ class ToolsConfig(_Section):
         return value
 
 
+class AutomationConfig(_Section):
+    grace: float = Field(3600, ge=0)
+    """Seconds a job that came due while memgate was stopped may be late and still run (once); later ones are skipped with a log line."""
+    heartbeat: float = Field(1800, ge=0)
+    """Seconds between heartbeats (the agent reads HEARTBEAT.md and may message automation.home); 0: off."""
+    home: str | None = None
+    """The owner's home chat for heartbeat messages, as channel:chat_id (e.g. telegram:123456); null: no heartbeat."""
+
+    @field_validator("home")
+    @classmethod
+    def _chat(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        channel, sep, chat_id = value.partition(":")
+        if not sep or channel not in ("telegram", "discord") or not chat_id.strip():
+            raise ValueError("must be telegram:<chat id> or discord:<channel id>")
+        return value
+
+
 class Config(_Section):
     workspace: Path = Path("~/.memgate/workspace")
     """All memory, sessions and media as plain files."""
@@ -325,6 +344,8 @@ class Config(_Section):
     """The health and metrics endpoint."""
     tools: ToolsConfig = ToolsConfig()
     """Tools from MCP servers (see README, "Tools from MCP servers")."""
+    automation: AutomationConfig = AutomationConfig()
+    """Scheduled jobs and the heartbeat (see docs/automation.md)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """DEBUG, INFO, WARNING or ERROR; DEBUG also prints tracebacks."""
     shutdown_grace: float = Field(10, ge=0, le=600)

@@ -10,6 +10,7 @@ one request object per connection, one answer object back.
 
 `owed` hands over the session's answers a restart kept from the terminal (stored, never shown);
 once written to the socket they count as delivered.
+    {"op": "jobs", "action": "remove", "id": "a1b2c3"} -> {"ok": true, "text": "..."}
 
 A chat request goes through the service's own agent, so the terminal shares its memory and its
 session files; the agent's `/stop` ends a held answer from another connection.
@@ -22,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ CONNECT_TIMEOUT = 2.0  # seconds; the socket is local, an answer this slow means
 
 # The agent's owed answers of a session: (channel, chat_id, session key) -> replies.
 Owed = Callable[[str, str, str], Awaitable[list[OutboundMessage]]]
+Operation = Callable[[dict[str, Any]], dict[str, Any]]
+"""A further op (e.g. `jobs`): the request in, the answer out; it runs on the service's loop."""
 
 
 def socket_path(state_dir: Path) -> Path:
@@ -51,6 +54,7 @@ async def control_server(
     handler: Handler,
     status: Callable[[], dict[str, Any]],
     owed: Owed | None = None,
+    ops: Mapping[str, Operation] | None = None,
 ) -> AsyncIterator[None]:
     """Serve the control socket at `path` while the block runs; the file is removed after."""
     ensure_private_dir(path.parent)
@@ -61,7 +65,7 @@ async def control_server(
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
-            answer, replies = await _answer(line, handler, status, started, owed)
+            answer, replies = await _answer(line, handler, status, started, owed, ops or {})
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
             for reply in replies:
@@ -95,6 +99,7 @@ async def _answer(
     status: Callable[[], dict[str, Any]],
     started: float,
     owed: Owed | None = None,
+    ops: Mapping[str, Operation] | None = None,
 ) -> tuple[dict[str, Any], list[OutboundMessage]]:
     """The answer to one request, and the replies it carries (to mark sent once written)."""
     try:
@@ -108,6 +113,8 @@ async def _answer(
         key = str(request.get("session") or "terminal:local")
         replies = await owed("terminal", "local", key)
         return {"texts": [reply.text for reply in replies]}, replies
+    if isinstance(op, str) and ops and op in ops:
+        return ops[op](request), []
     if op == "chat" and isinstance(request.get("text"), str):
         sender = str(request.get("sender") or "local")
         message = InboundMessage(

@@ -22,10 +22,14 @@ from channels.pairing import PairingStore
 from channels.telegram import TelegramChannel
 from gateway.access import reload_access
 from gateway.app import Runtime, open_runtime
+from gateway.bus import OutboundMessage
 from gateway.config import Config
 from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError
+from gateway.heartbeat import Heartbeat
+from gateway.job_tools import JobTools
 from gateway.metrics import health_server
+from gateway.scheduler import Deliver
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,29 @@ def build_channels(
         settings = discord.model_dump(exclude={"enabled"})
         channels.append(DiscordChannel(handler, **settings, **shared, state_dir=config.state_dir))
     return channels
+
+
+def chat_sender(channels: Sequence[Channel]) -> Deliver:
+    """The one way a message nobody is waiting on (a reminder, a heartbeat) reaches a chat.
+
+    Returns None when the channel took it, else a short reason for the job's log and status.
+    """
+    by_name = {channel.name: channel for channel in channels}
+
+    async def deliver_to_chat(message: OutboundMessage) -> str | None:
+        channel = by_name.get(message.channel)
+        if channel is None:
+            return f"the {message.channel} channel is not running in this gateway"
+        if not channel.connected:
+            return f"{message.channel} is not connected"
+        try:
+            sent = await channel.send(message)
+        except Exception as exc:
+            log.debug("send to chat failed chat=%s", message.chat_id, exc_info=True)
+            return f"{message.channel} send failed ({type(exc).__name__})"
+        return None if sent else f"{message.channel} refused or lost the message (see the log)"
+
+    return deliver_to_chat
 
 
 def require_a_channel(config: Config) -> None:
@@ -119,10 +146,10 @@ async def run_service(config: Config) -> int:
                     "queue": runtime.consolidator.queue_depth,
                 }
 
-            # `memgate chat` and `memgate status` talk to this process through the socket.
-            async with control_server(
-                socket_path(config.state_dir), runtime.agent.handle, live, runtime.agent.owed
-            ):
+            jobs = {"jobs": JobTools(runtime.scheduler, config.tz).control_op}
+            # `memgate chat`, `status` and `jobs` talk to this process through the socket.
+            socket = socket_path(config.state_dir)
+            async with control_server(socket, runtime.agent.handle, live, runtime.agent.owed, jobs):
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:
@@ -162,12 +189,21 @@ async def _supervise(
         async with health_server(config.health.listen, runtime.metrics, status):
             await asyncio.Event().wait()
 
+    deliver = chat_sender(channels)
+    automation = config.automation
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(channel.run(), name=f"channel-{channel.name}") for channel in channels
         ]
         if config.health.listen:
             tasks.append(group.create_task(health(), name="health"))
+        jobs = runtime.scheduler.run(runtime.agent, deliver)
+        tasks.append(group.create_task(jobs, name="scheduler"))
+        if automation.heartbeat and automation.home:
+            beat = Heartbeat(
+                config.workspace, automation.home, automation.heartbeat, runtime.scheduler.clock
+            )
+            tasks.append(group.create_task(beat.run(runtime.agent, deliver), name="heartbeat"))
         stopping = group.create_task(stop.wait(), name="stop-signal")
         # A channel that ends on its own (a fatal error) stops the whole gateway, so the
         # supervisor (systemd) can restart it; the task group raises its error for us.

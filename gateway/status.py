@@ -7,6 +7,7 @@ from typing import Any
 
 from channels.pairing import PairingError, PairingStore
 from gateway.config import ChatChannelConfig, Config
+from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore, interrupted_turn, owed_replies, parse_session_bytes
@@ -102,6 +103,7 @@ def describe(config: Config) -> str:
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
             describe_mcp(config),
+            describe_jobs(config),
             *describe_failures(config),
         ]
     )
@@ -127,6 +129,19 @@ def describe_delivery(owed: dict[str, int], interrupted: list[str]) -> list[str]
     lines += [f"  owed: {key} ({count})" for key, count in sorted(owed.items())]
     lines += [f"  interrupted: {key}" for key in interrupted]
     return lines
+
+
+def describe_jobs(config: Config) -> str:
+    """How many scheduled jobs there are and when the next one is due."""
+    try:
+        store = JobStore(config.state_dir)
+    except JobError as exc:
+        return f"jobs:       unreadable ({exc})"
+    jobs = store.all()
+    paused = sum(1 for job in jobs if job.paused)
+    due = store.next_due()
+    following = "none due" if due is None else f"next due {format_time(due, config.tz)}"
+    return f"jobs:       {len(jobs)} scheduled ({paused} paused), {following}"
 
 
 def describe_failures(config: Config) -> list[str]:

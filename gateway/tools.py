@@ -11,11 +11,13 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.scope import PathRefusedError, Scope, ScopeGuard
+from gateway.bus import InboundMessage
+from gateway.scope import PRIVATE, PathRefusedError, Scope, ScopeGuard
 from memory.errors import MemoryChangedError
 from memory.fileio import atomic_write
 from memory.files import MemoryFiles
@@ -24,6 +26,11 @@ log = logging.getLogger(__name__)
 
 MAX_READ_CHARS = 50_000
 MAX_LIST_ENTRIES = 500
+
+
+# The message the running turn answers, set by the agent in the turn's own task: tools that act
+# for a chat (scheduling a reminder) read which chat that is, never the model's say-so.
+turn_origin: ContextVar[InboundMessage | None] = ContextVar("turn_origin", default=None)
 
 
 class ToolError(Exception):
@@ -264,12 +271,15 @@ class ToolBox:
         memory: MemoryFiles,
         memory_tools: list[Tool],
         by_scope: Mapping[str, list[Tool]] | None = None,
+        private_tools: list[Tool] | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
         self.memory = memory
         self.memory_tools = memory_tools
         self.by_scope = dict(by_scope or {})
+        # Offered to the private scope only (scheduling): a group never sees them.
+        self.private_tools = private_tools if private_tools is not None else []
         self._built: dict[Scope, ToolRegistry] = {}
 
     def for_scope(self, scope: Scope) -> ToolRegistry:
@@ -284,6 +294,9 @@ class ToolBox:
                     registry.add(tool)
             for tool in self.by_scope.get(scope.name, []):
                 registry.add(tool)
+            if scope.name == PRIVATE:
+                for tool in self.private_tools:
+                    registry.add(tool)
             if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
                 self._built.clear()
             self._built[scope] = registry

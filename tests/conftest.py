@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -127,11 +128,19 @@ def inbound(text: str, chat_id: str = "42", channel: str = "test", **fields: Any
 
 
 class ManualClock:
-    """Time that moves only when the consolidator waits (or the test says so)."""
+    """Time that moves only when the consolidator waits (or the test says so).
 
-    def __init__(self) -> None:
-        self.now = 1000.0
+    The scheduler's waits (`sleep_until`) end only when the test calls `advance()` past their
+    time, or when their wake event is set; `asleep` holds the times they are waiting for, so a
+    test can wait until the scheduler is idle before it moves time.
+    """
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
         self.waits: list[float] = []
+        self.asleep: list[float | None] = []
+        # Replaced on every change: whoever holds the old one learns that something moved.
+        self._tick = asyncio.Event()
 
     def __call__(self) -> float:
         return self.now
@@ -139,3 +148,35 @@ class ManualClock:
     async def sleep(self, delay: float) -> None:
         self.waits.append(delay)
         self.now += delay
+
+    async def sleep_until(self, when: float | None, wake: asyncio.Event) -> None:
+        self.asleep.append(when)
+        self._changed()
+        try:
+            while not wake.is_set() and (when is None or self.now < when):
+                ticked = asyncio.ensure_future(self._tick.wait())
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({ticked, woken}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ticked.cancel()
+                    woken.cancel()
+        finally:
+            self.asleep.remove(when)
+            self._changed()
+
+    async def advance(self, seconds: float) -> None:
+        """Move time on and let every sleeper look at it."""
+        self.now += seconds
+        self._changed()
+        await asyncio.sleep(0)
+
+    async def idle_until(self, when: float | None, within: float = 10.0) -> None:
+        """Wait until some sleeper waits for exactly `when` (None: for no time at all)."""
+        async with asyncio.timeout(within):
+            while when not in self.asleep:
+                await self._tick.wait()
+
+    def _changed(self) -> None:
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()

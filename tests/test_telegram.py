@@ -373,7 +373,7 @@ async def test_commands_are_registered_only_when_changed(
         pass
     assert len(fake.calls_to("setMyCommands")) == 1
     assert len(fake.calls_to("getMyCommands")) == 2
-    assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "help"]
+    assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "jobs", "help"]
 
 
 async def test_typing_runs_while_the_handler_works_and_stops(

@@ -1,0 +1,338 @@
+"""Scheduled jobs end to end: the real runtime and the real python-telegram-bot against the fakes,
+with a clock the test moves, so a job due in two minutes needs no two minutes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from channels.telegram import TelegramChannel
+from gateway.app import Runtime, open_runtime
+from gateway.heartbeat import Heartbeat
+from gateway.jobs import Job, new_job
+from gateway.service import chat_sender
+from tests.conftest import ManualClock, build_config, deep_merge
+from tests.fakes.llm import FakeLLM, last_user_text, text, tool_call
+from tests.fakes.telegram_api import TOKEN, FakeTelegram
+
+pytestmark = [
+    # PTB 22 warns that RetryAfter.retry_after will become a timedelta (see tests/test_telegram.py).
+    pytest.mark.filterwarnings(
+        "ignore:Deprecated since version .*attribute `retry_after`"
+        ":telegram.warnings.PTBDeprecationWarning"
+    ),
+]
+
+ZONE = "Europe/Berlin"
+TZ = ZoneInfo(ZONE)
+# Thursday 26 March 2026, 10:00 in Berlin; summer time starts on Sunday the 29th.
+START = datetime(2026, 3, 26, 10, 0, tzinfo=TZ).timestamp()
+
+
+@dataclass
+class Gateway:
+    runtime: Runtime
+    channel: TelegramChannel
+
+    @property
+    def session_file(self) -> Path:
+        return self.runtime.config.workspace / "sessions" / "telegram:42.jsonl"
+
+    def lines(self) -> list[dict[str, Any]]:
+        text = self.session_file.read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines()[1:]]
+
+
+@asynccontextmanager
+async def gateway(
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    telegram: FakeTelegram,
+    clock: ManualClock,
+    overrides: dict[str, Any] | None = None,
+) -> AsyncIterator[Gateway]:
+    """One gateway process: runtime, Telegram channel and scheduler; leaving the block kills it
+    (tasks cancelled, nothing written on the way out), as a crash would."""
+    config = build_config(
+        tmp_path / "workspace", fake_llm.url, deep_merge({"timezone": ZONE}, overrides or {})
+    )
+    async with open_runtime(config, clock=clock) as runtime:
+        channel = TelegramChannel(
+            runtime.agent.handle,
+            token=TOKEN,
+            allow_from=["42"],
+            base_url=telegram.url,
+            base_file_url=telegram.file_url,
+            workspace=config.workspace,
+            state_dir=config.state_dir,
+            shutdown_grace=1.0,
+        )
+        serving = asyncio.create_task(channel.run())
+        jobs: asyncio.Task[None] | None = None
+        try:
+            async with asyncio.timeout(10):
+                while not channel.connected:  # the channel exposes no event for this
+                    if serving.done():
+                        serving.result()  # a failed start, as itself
+                    await asyncio.sleep(0.01)
+            jobs = asyncio.create_task(runtime.scheduler.run(runtime.agent, chat_sender([channel])))
+            yield Gateway(runtime, channel)
+        finally:
+            for task in (jobs, serving):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+
+
+def job(runtime: Runtime, **fields: Any) -> Job:
+    """A job in telegram:42 made as the schedule tool makes it, added through the scheduler."""
+    made = new_job(
+        session="telegram:42", channel="telegram", chat_id="42", now=runtime.scheduler.clock(),
+        tz=TZ, **fields,
+    )  # fmt: skip
+    return runtime.scheduler.add(made)
+
+
+async def settled(runtime: Runtime, clock: ManualClock, until: float | None = None) -> None:
+    """Wait until no job is running or being delivered and the scheduler sleeps until `until`."""
+    async with asyncio.timeout(10):
+        await runtime.scheduler.wait_for(lambda: runtime.scheduler.idle)
+    await clock.idle_until(until)
+
+
+def texts(telegram: FakeTelegram) -> list[str]:
+    return [str(sent["text"]) for sent in telegram.sent(42)]
+
+
+async def test_reminder_two_minutes_ahead_arrives_once_at_its_time(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """The model schedules a message two minutes ahead: nothing before, then once, in the chat
+    and in its session."""
+    clock = ManualClock(START)
+    due = START + 120
+    at = datetime.fromtimestamp(due, TZ).strftime("%Y-%m-%dT%H:%M:%S")  # local, no offset
+    fake_llm.push(tool_call("schedule", {"at": at, "message": "Call the bank"}))
+    fake_llm.push(text("I will remind you at 10:02."))
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        fake_telegram.message("remind me in two minutes to call the bank")
+        await fake_telegram.wait_sent(1)
+        await clock.idle_until(due)
+        await clock.advance(119)
+        await clock.idle_until(due)
+        assert texts(fake_telegram) == ["I will remind you at 10:02."]
+        await clock.advance(1)
+        await fake_telegram.wait_sent(2)
+        await settled(gw.runtime, clock)  # no job left to wait for
+        assert texts(fake_telegram) == ["I will remind you at 10:02.", "Call the bank"]
+        reminder = gw.lines()[-1]
+        assert reminder["role"] == "assistant" and reminder["content"] == "Call the bank"
+        assert reminder["job"]
+        assert gw.runtime.scheduler.jobs() == []
+
+
+async def test_weekday_cron_fires_at_eight_local_across_the_dst_change(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """'0 8 * * 1-5' in Berlin is delivered at 08:00 local on weekdays only, before and after
+    summer time starts, and never at any other time."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        made = job(gw.runtime, cron="0 8 * * 1-5", message="Good morning")
+        due = made.next_run
+        delivered: list[str] = []
+        for count in range(1, 5):
+            assert due is not None
+            await clock.idle_until(due)
+            await clock.advance(due - clock.now)
+            await fake_telegram.wait_sent(count)
+            delivered.append(datetime.fromtimestamp(clock.now, TZ).strftime("%a %d %H:%M %Z"))
+            following = gw.runtime.scheduler.store.get(made.id)
+            assert following is not None
+            due = following.next_run
+        assert delivered == [
+            "Fri 27 08:00 CET",
+            "Mon 30 08:00 CEST",
+            "Tue 31 08:00 CEST",
+            "Wed 01 08:00 CEST",
+        ]
+        assert texts(fake_telegram) == ["Good morning"] * 4
+
+
+async def test_a_job_due_while_down_runs_once_at_start_within_grace(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Stopped before a job was due and started 30 minutes after: it runs once, and a further
+    restart does not run it again."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        due = job(gw.runtime, at="2026-03-26T10:10", message="Stand up").next_run
+        await clock.idle_until(due)
+    await clock.advance(40 * 60)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert gw.runtime.scheduler.jobs() == []
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock):
+        await clock.idle_until(None)
+    assert texts(fake_telegram) == ["Stand up"]
+
+
+async def test_a_job_missed_beyond_grace_is_skipped_with_a_log_line(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Started two hours after a job was due (grace one hour): nothing is sent, a log line says
+    so, and a recurring job gets its next run instead."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        once = job(gw.runtime, at="2026-03-26T10:10", message="Too late")
+        daily = job(gw.runtime, cron="15 10 * * *", message="Daily")
+        await clock.idle_until(once.next_run)
+    await clock.advance(2 * 3600 + 10 * 60)
+    caplog.set_level(logging.WARNING, logger="gateway.scheduler")
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        tomorrow = datetime(2026, 3, 27, 10, 15, tzinfo=TZ).timestamp()
+        await clock.idle_until(tomorrow)
+        assert [j.id for j in gw.runtime.scheduler.jobs()] == [daily.id]
+    assert texts(fake_telegram) == []
+    skipped = [r.getMessage() for r in caplog.records if "job skipped" in r.getMessage()]
+    assert len(skipped) == 2 and f"id={once.id}" in skipped[0] + skipped[1]
+
+
+async def test_a_kill_right_after_a_run_never_runs_it_twice(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A job's run is recorded before its turn: killed while the turn is under way and started
+    again at once, the job does not run a second time for that due time."""
+    clock = ManualClock(START)
+    held = asyncio.Event()
+    fake_llm.push(text("never delivered"), hold=held)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        hourly = job(gw.runtime, every="1h", prompt="check the oven")
+        assert hourly.next_run is not None
+        await clock.idle_until(hourly.next_run)
+        await clock.advance(hourly.next_run - clock.now)
+        await fake_llm.wait_for_requests(1, "chat")
+    # Killed mid-turn; the next process starts a second later, well within the grace.
+    await clock.advance(1)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        await clock.idle_until(hourly.next_run + 3600)
+        assert len(fake_llm.chat_requests()) == 1
+    held.set()
+    assert texts(fake_telegram) == []
+
+
+async def test_a_scheduled_turn_and_a_message_never_interleave(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A job's prompt that comes due while the person's turn runs waits for it; both land in
+    order in the session, the job's marked as scheduled, and consolidation still runs."""
+    clock = ManualClock(START)
+    held = asyncio.Event()
+    fake_llm.push(text("answer to you"), hold=held, match=lambda b: "hello" in last_user_text(b))
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock, {"memory": {"window": 4}}) as gw:
+        summary = job(gw.runtime, every="1h", prompt="summarise my notes")
+        assert summary.next_run is not None
+        for word in ("one", "two"):  # earlier conversation, for consolidation to take
+            fake_telegram.message(word)
+            await fake_telegram.wait_for(lambda w=word: f"echo: {w}" in texts(fake_telegram))
+        fake_telegram.message("hello")
+        await fake_llm.wait_for_requests(3, "chat")
+        await clock.advance(summary.next_run - clock.now)
+        async with asyncio.timeout(10):  # the job's turn has started (and waits)
+            await gw.runtime.scheduler.wait_for(lambda: gw.runtime.scheduler.runs >= 1)
+        assert len(fake_llm.chat_requests()) == 3  # nothing asked for the job meanwhile
+        held.set()
+        await fake_telegram.wait_for(lambda: len(texts(fake_telegram)) == 4)
+        await fake_llm.wait_for_requests(1, "consolidation")
+        messages = [m for m in gw.lines() if "role" in m]  # markers left out
+        lines = [(m["role"], str(m.get("content"))[:40]) for m in messages]
+        hello = lines.index(("user", "hello"))
+        assert lines[hello + 1] == ("assistant", "answer to you")
+        scheduled = messages[hello + 2]
+        assert scheduled["role"] == "user" and scheduled["content"] == "summarise my notes"
+        assert scheduled["sender"] == "scheduler" and scheduled["message_id"].startswith("job-")
+        assert lines[hello + 3][0] == "assistant"
+
+
+async def test_undeliverable_text_is_retried_then_the_job_is_paused_with_the_reason(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A bot blocked by the user: the reminder is tried again a few times, then the job is paused
+    and the listing says why; resumed, the kept text is delivered once."""
+    clock = ManualClock(START)
+    for _ in range(4):
+        fake_telegram.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        scheduler = gw.runtime.scheduler
+        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+        assert made.next_run is not None
+        await clock.idle_until(made.next_run)
+        await clock.advance(made.next_run - clock.now)
+
+        def failed(times: int) -> bool:
+            kept = scheduler.store.get(made.id)
+            return kept is not None and kept.failures == times and scheduler.idle
+
+        for attempt in range(1, 4):
+            async with asyncio.timeout(10):
+                await scheduler.wait_for(lambda a=attempt: failed(a))
+            kept = scheduler.store.get(made.id)
+            assert kept is not None and kept.retry_at is not None and not kept.paused
+            await clock.idle_until(kept.retry_at)
+            await clock.advance(kept.retry_at - clock.now)
+        async with asyncio.timeout(10):
+            await scheduler.wait_for(lambda: failed(4))
+        assert texts(fake_telegram) == []
+        listing = scheduler.jobs()[0].describe(TZ)
+        assert "PAUSED (delivery failed 4 times" in listing
+        scheduler.resume(made.id)
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert texts(fake_telegram) == ["Water the plants"]
+        assert scheduler.jobs() == []
+
+
+async def test_heartbeat_with_an_empty_checklist_asks_nothing_and_a_full_one_may_speak(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """HEARTBEAT.md with only a heading: no model call at all. With a task: one turn per beat,
+    silent when the model says HEARTBEAT_OK, sent to the home chat when it has something."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        workspace = gw.runtime.config.workspace
+        (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n\n")
+        beat = Heartbeat(workspace, "telegram:42", 1800, clock)
+        deliver = chat_sender([gw.channel])
+        beating = asyncio.create_task(beat.run(gw.runtime.agent, deliver))
+        try:
+            for n in range(1, 3):
+                await clock.idle_until(START + 1800 * n)
+                await clock.advance(1800)
+            await clock.idle_until(START + 1800 * 3)
+            assert fake_llm.requests == [] and beat.beats == 0
+            (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- tell me if it is Friday\n")
+            fake_llm.push(text("HEARTBEAT_OK"))
+            fake_llm.push(text("It is Friday tomorrow."))
+            for n in range(3, 5):
+                await clock.advance(1800)
+                await clock.idle_until(START + 1800 * (n + 1))
+            await fake_telegram.wait_sent(1)
+            assert len(fake_llm.chat_requests()) == 2
+            assert "tell me if it is Friday" in last_user_text(fake_llm.chat_requests()[0])
+            assert texts(fake_telegram) == ["It is Friday tomorrow."]
+            assert (workspace / "sessions" / "heartbeat.jsonl").exists()  # its own session
+            assert not gw.session_file.exists()  # the home chat's conversation is untouched
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
