@@ -15,6 +15,7 @@ TELEGRAM_LIMIT = 4096  # UTF-16 code units per message
 
 # Same fence rule as channels.base.split_message, so a piece it closes and reopens renders whole.
 _FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+_LANG_WORD = re.compile(r"[\w+#.-]{1,32}")
 _LONG_FENCE = re.compile(r"(?m)^(\s*)(`{17,}|~{17,})")
 _LONG_INFO = re.compile(r"(?m)^(\s*(?:```+|~~~+))([^`\n]{64,})$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
@@ -102,6 +103,11 @@ def render_html(text: str) -> str:
             flush()
             marker, info = fence.group(1), fence.group(2).strip()
             body: list[str] = []
+            if info and not _LANG_WORD.fullmatch(info):
+                # Not a language name (a split that put words after a fence marker, a URL):
+                # text the reader must still see, so it opens the block instead of vanishing.
+                body.append(info)
+                info = ""
             i += 1
             while i < len(lines) and not _closes(lines[i], marker):
                 body.append(lines[i])

@@ -53,6 +53,7 @@ async def control_server(
     path: Path,
     handler: Handler,
     status: Callable[[], dict[str, Any]],
+    *,
     owed: Owed | None = None,
     ops: Mapping[str, Operation] | None = None,
 ) -> AsyncIterator[None]:

@@ -149,7 +149,9 @@ async def run_service(config: Config) -> int:
             jobs = {"jobs": JobTools(runtime.scheduler, config.tz).control_op}
             # `memgate chat`, `status` and `jobs` talk to this process through the socket.
             socket = socket_path(config.state_dir)
-            async with control_server(socket, runtime.agent.handle, live, runtime.agent.owed, jobs):
+            async with control_server(
+                socket, runtime.agent.handle, live, owed=runtime.agent.owed, ops=jobs
+            ):
                 await _serve(config, runtime, channels, stop)
             log.info("stopping: channels first, then memory")
     finally:

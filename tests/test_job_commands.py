@@ -105,7 +105,7 @@ async def test_jobs_op_on_the_control_socket_changes_the_running_schedulers_jobs
     )
     tools = JobTools(runtime.scheduler, UTC)
     path = socket_path(runtime.config.state_dir)
-    async with control_server(path, runtime.agent.handle, dict, {"jobs": tools.control_op}):
+    async with control_server(path, runtime.agent.handle, dict, ops={"jobs": tools.control_op}):
         listed = await request(path, {"op": "jobs", "action": "list"})
         assert listed is not None and listed["ok"] and job.id in listed["text"]
         paused = await request(path, {"op": "jobs", "action": "pause", "id": job.id})

@@ -162,3 +162,10 @@ def test_splitting_never_breaks_an_emoji(text: str) -> None:
     joined = "".join(parse_html(p.html) for p in pieces)
     assert joined.count("😀") == text.count("😀")
     assert joined.count("🇺") == text.count("🇺")
+
+
+def test_a_fence_marker_before_words_that_are_no_language_keeps_them() -> None:
+    """Words after a fence marker that are not a language name (a URL) are shown, not dropped."""
+    shown = render_html("~~~https://x.org/a_b tail\nbody")
+    assert "https://x.org/a_b tail" in shown and "body" in shown
+    assert 'class="language-' not in shown
