@@ -1,7 +1,7 @@
 """Each system's configuration for a run, as the raw mapping its own loader reads (stdlib only).
 
 Both point at the same fake LLM with the same model, context window and completion limit, so
-their prompt budgets are the same number: context_window - max_tokens - 1024 (memgate's SPEC §4,
+their prompt budgets are the same number: context_window - max_tokens - 1024 (memgate's README, "Configuration",
 nanobot's MemoryConsolidator). Everything else stays at each system's defaults.
 """
 
@@ -29,7 +29,7 @@ def memgate_config(
     max_tokens: int = MAX_TOKENS,
     memory: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """memgate's YAML config as a mapping (SPEC §6); no retries, as in its tests."""
+    """memgate's YAML config as a mapping; no retries, as in its tests."""
     return {
         "workspace": str(workspace),
         "llm": {

@@ -157,7 +157,7 @@ def test_memgate_run_exits_with_the_status_the_unit_does_not_restart(tmp_path: P
 
 
 def test_unit_is_sandboxed() -> None:
-    """The sandboxing of SPEC §9 and the extras a network service can live with are all set."""
+    """The unit's sandboxing and the extras a network service can live with are all set."""
     found = {key: service_value(key) for key in SANDBOXING}
     assert found == SANDBOXING
     user = service_value("User")

@@ -1,4 +1,4 @@
-"""The dependency direction of SPEC §1, checked on the source: a forbidden import fails here."""
+"""The dependency direction between packages, checked on the source: a forbidden import fails here."""
 
 from __future__ import annotations
 
