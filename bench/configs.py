@@ -32,6 +32,8 @@ def memgate_config(
     """memgate's YAML config as a mapping; no retries, as in its tests."""
     return {
         "workspace": str(workspace),
+        # Each instance its own state folder: figure c runs two in one process.
+        "state_dir": str(workspace.parent / f"{workspace.name}.state"),
         "llm": {
             "base_url": llm_url,
             "api_key": API_KEY,
