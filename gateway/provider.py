@@ -73,29 +73,41 @@ _TOOLS_REFUSED = re.compile(
 )
 
 
-class ToolSupport:
+class _Capability:
+    """A capability of the endpoint that `auto` assumes until the endpoint refuses it once.
+
+    The first refusal switches it off for the process with one warning (`_SWITCHED_OFF`).
+    """
+
+    _SWITCHED_OFF = ""
+    mode: object
+    enabled: bool
+
+    def refused(self, model: str) -> bool:
+        """The endpoint refused it; True if we switched it off (mode `auto`)."""
+        if self.mode != "auto":
+            return False
+        if self.enabled:
+            self.enabled = False
+            log.warning(self._SWITCHED_OFF, model)
+        return True
+
+
+class ToolSupport(_Capability):
     """Whether requests carry tools: `llm.tools`, and in `auto` what the endpoint has told us.
 
     One instance is shared by every client of one process, so the switch to no tools happens once,
     with one warning, for the replies and the consolidation alike.
     """
 
+    _SWITCHED_OFF = (
+        "model does not support tool calling; continuing without tools for this "
+        "process (set llm.tools: off to skip this check) model=%s"
+    )
+
     def __init__(self, mode: ToolsMode = "auto") -> None:
         self.mode = mode
         self.enabled = mode != "off"
-
-    def refused(self, model: str) -> bool:
-        """The endpoint refused tools; True if we switched them off (mode `auto`)."""
-        if self.mode != "auto":
-            return False
-        if self.enabled:
-            self.enabled = False
-            log.warning(
-                "model does not support tool calling; continuing without tools for this "
-                "process (set llm.tools: off to skip this check) model=%s",
-                model,
-            )
-        return True
 
 
 VisionMode = bool | Literal["auto"]
@@ -116,29 +128,21 @@ _IMAGES_REFUSED = re.compile(
 )
 
 
-class VisionSupport:
+class VisionSupport(_Capability):
     """Whether the current message may carry images: `llm.vision`, and in `auto` what we learnt.
 
     Like `ToolSupport`, one instance per process: the first refusal switches images off for every
     later turn, with one warning.
     """
 
+    _SWITCHED_OFF = (
+        "model does not accept images; continuing without them for this process "
+        "(set llm.vision: false to skip this check) model=%s"
+    )
+
     def __init__(self, mode: VisionMode = "auto", model: str = "") -> None:
         self.mode = mode
         self.enabled = mode is True or (mode == "auto" and bool(_VISION_MODELS.search(model)))
-
-    def refused(self, model: str) -> bool:
-        """The endpoint refused image parts; True if we switched them off (mode `auto`)."""
-        if self.mode != "auto":
-            return False
-        if self.enabled:
-            self.enabled = False
-            log.warning(
-                "model does not accept images; continuing without them for this process "
-                "(set llm.vision: false to skip this check) model=%s",
-                model,
-            )
-        return True
 
 
 def has_images(messages: list[dict[str, Any]]) -> bool:
