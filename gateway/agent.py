@@ -5,8 +5,8 @@ message is stored before the model is called, so nothing the person said is lost
 stored before the tool runs and each result as soon as it is in, so a message a channel replays after
 a crash resumes from the stored steps without running a tool twice; the answer is stored as owed
 (gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the
-one per-message error boundary: it logs one line (the traceback at DEBUG for a model failure) and
-answers with a short apology, naming the cause in a private chat.
+one per-message error boundary: it logs one line (the traceback at DEBUG) and answers with a short
+apology naming the cause; it raises nothing but cancellation, so channels handle only transport errors.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from gateway.bus import InboundMessage, OutboundMessage
 from gateway.commands import COMMANDS, HELP_TEXT, command_args, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError
+from gateway.errors import LLMError, describe_errors, leaf_errors
+from gateway.logs import redact
 from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
 from gateway.provider import ChatProvider, ChatResponse
@@ -130,35 +131,21 @@ class AgentLoop:
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(self, message: InboundMessage) -> OutboundMessage | None:
-        """Answer one inbound message; never raises except on cancellation."""
+        """Answer one inbound message: the one per-message error boundary.
+
+        Never raises except `asyncio.CancelledError`: any other failure, however deep (the model,
+        the tools' bookkeeping, the session files), becomes one log line (its traceback at DEBUG)
+        and a short apology naming the cause, marked `failed`.
+        """
         started = time.monotonic()
         stats = TurnStats()
-        failed = False
         if self.observer is not None:
             self.observer.message_in(message.channel)
         try:
             text = await self._dispatch(message, stats)
-        except LLMError as exc:
-            # One line an operator can act on; the traceback only for those who asked for it.
-            log.warning(
-                "llm failed session=%s kind=%s status=%s model=%s endpoint=%s error=%s",
-                message.key,
-                type(exc).__name__,
-                exc.status or "-",
-                exc.model or self.config.llm.model,
-                exc.endpoint or "-",
-                exc,
-            )
-            log.debug("llm failure traceback session=%s", message.key, exc_info=True)
-            # A private chat is the owner's: name the cause. A group gets no configuration talk.
-            text = (
-                exc.user_message if message.is_group else f"Sorry, I could not answer: {exc.cause}."
-            )
-            failed = True
-        except Exception:
-            log.exception("turn failed session=%s", message.key)
-            text = "Sorry, something went wrong while answering. The error has been logged."
-            failed = True
+            reply = self._reply(message, text, stats) if text else None
+        except Exception as exc:
+            reply = self._reply(message, self._apology(message, exc), None)
         log.info(
             "handled session=%s latency_ms=%d llm_calls=%d prompt_tokens=%d completion_tokens=%d",
             message.key,
@@ -167,20 +154,51 @@ class AgentLoop:
             stats.prompt_tokens,
             stats.completion_tokens,
         )
-        if not text:
-            return None
-        if self.observer is not None:
-            self.observer.message_out(message.channel, error=failed)
+        if reply is not None and self.observer is not None:
+            self.observer.message_out(message.channel, error=reply.failed)
+        return reply
+
+    def _reply(
+        self, message: InboundMessage, text: str, stats: TurnStats | None
+    ) -> OutboundMessage:
+        """The reply to `message`; `stats` None for an apology, which is never stored as owed."""
         # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
         reply_to = message.message_id if message.is_group else None
         reply = OutboundMessage(
-            message.channel, message.chat_id, text, reply_to=reply_to, failed=failed
+            message.channel, message.chat_id, text, reply_to=reply_to, failed=stats is None
         )
-        if not failed and stats.session is not None and stats.answer is not None:
+        if stats is not None and stats.session is not None and stats.answer is not None:
             reply = self.outbox.reply(stats.session, stats.answer, reply)
             if message.message_id:  # a channel that replays by message id after a crash
                 reply = self._track(reply, message.key)
         return reply
+
+    def _apology(self, message: InboundMessage, error: Exception) -> str:
+        """Log a failed turn in one line and say, in short, what went wrong."""
+        # A task group may have wrapped the failure; every error in it is logged, none dropped.
+        leaves = leaf_errors(error)
+        llm = next((leaf for leaf in leaves if isinstance(leaf, LLMError)), None)
+        log.debug("turn failure traceback session=%s", message.key, exc_info=error)
+        if llm is not None:
+            # One line an operator can act on.
+            log.warning(
+                "llm failed session=%s kind=%s status=%s model=%s endpoint=%s error=%s",
+                message.key,
+                type(llm).__name__,
+                llm.status or "-",
+                llm.model or self.config.llm.model,
+                llm.endpoint or "-",
+                llm,
+            )
+            # A private chat is the owner's: name the cause. A group gets no configuration talk.
+            return (
+                llm.user_message if message.is_group else f"Sorry, I could not answer: {llm.cause}."
+            )
+        described = redact(describe_errors(error), ())
+        log.error("turn failed session=%s error=%s", message.key, described)
+        # A group learns only the kind of failure; the owner's private chat reads the whole line.
+        cause = ", ".join(type(leaf).__name__ for leaf in leaves) if message.is_group else described
+        return f"Sorry, something went wrong while answering ({cause}). The error has been logged."
 
     async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
         """The answers of session `key` still owed, oldest first, each marking itself delivered
@@ -231,13 +249,11 @@ class AgentLoop:
         async with self._session_lock(message.key), self._slots:
             # The turn runs as a child task so /stop can cancel it without cancelling the
             # channel's task that is waiting here for the reply.
+            # A failure comes out wrapped in an ExceptionGroup, which `handle` takes apart.
             try:
                 async with asyncio.TaskGroup() as group:
                     turn = group.create_task(self._turn(message, stats))
                     self._running[message.key] = turn
-            except ExceptionGroup as failed:
-                error = failed.exceptions[0]
-                raise error from error.__cause__  # unwrap, keeping the SDK error chained
             finally:
                 self._running.pop(message.key, None)
             return None if turn.cancelled() else turn.result()

@@ -18,7 +18,13 @@ from gateway.agent import AgentLoop
 from gateway.clock import Clock, SystemClock
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError, MemgateError
+from gateway.errors import (
+    LLMError,
+    LLMStatusError,
+    LLMToolsUnsupportedError,
+    MemgateError,
+    unwrap_group,
+)
 from gateway.job_tools import JobTools
 from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
@@ -222,14 +228,9 @@ async def open_runtime(
     An error raised inside the block comes out as itself: the task group that runs the
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
     """
-    try:
+    with unwrap_group():
         async with _build_runtime(config, provider, clock or SystemClock()) as runtime:
             yield runtime
-    except ExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        error = group.exceptions[0]
-        raise error from error.__cause__
 
 
 @asynccontextmanager

@@ -10,9 +10,15 @@ MemgateError
     └── LLMStatusError         any HTTP error status
         ├── LLMRateLimitError      429; keeps retry_after
         └── LLMToolsUnsupportedError   the model cannot call tools
+
+Task groups wrap what fails inside them in an ExceptionGroup; `leaf_errors` and `unwrap_group` are
+the one place that takes such a group apart, and neither drops an error.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class MemgateError(Exception):
@@ -126,3 +132,40 @@ class LLMToolsUnsupportedError(LLMStatusError):
     @property
     def cause(self) -> str:
         return f"model {self.model!r} does not support tool calling (set llm.tools: off)"
+
+
+def leaf_errors(error: BaseException) -> list[BaseException]:
+    """Every error inside `error`, nested groups flattened, in order; `[error]` for a plain one."""
+    if not isinstance(error, BaseExceptionGroup):
+        return [error]
+    return [leaf for inner in error.exceptions for leaf in leaf_errors(inner)]
+
+
+def single_error(error: BaseException) -> BaseException:
+    """The one error a group holds, or `error` itself when it holds several (none is lost)."""
+    leaves = leaf_errors(error)
+    return leaves[0] if len(leaves) == 1 else error
+
+
+def describe_errors(error: BaseException, limit: int = 200) -> str:
+    """One line naming every error inside `error`: each one's type and the first line of its text."""
+
+    def one(leaf: BaseException) -> str:
+        lines = str(leaf).splitlines()
+        text = lines[0][:limit] if lines else ""
+        return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+    return "; ".join(one(leaf) for leaf in leaf_errors(error))
+
+
+@contextmanager
+def unwrap_group() -> Iterator[None]:
+    """Let an error raised in the block through as itself rather than as a one-error group, so
+    callers' `except SomeError` still match; a group of several errors passes unchanged."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        error = single_error(group)
+        if error is group:
+            raise
+        raise error from error.__cause__  # the SDK error it was translated from stays chained

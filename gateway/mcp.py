@@ -37,6 +37,7 @@ from mcp.types import (
 from mcp.types import Tool as McpTool
 
 from gateway.config import McpServerConfig
+from gateway.errors import describe_errors
 from gateway.tools import Tool, ToolError, ToolFunc
 
 log = logging.getLogger(__name__)
@@ -136,14 +137,6 @@ def _render_block(block: ContentBlock) -> str:
     return f"[{getattr(block, 'type', 'unknown')} content not shown]"
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line for a start failure: the innermost error of a group, its type and message."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
-
-
 class McpConnection:
     """One configured server, kept connected by `run()` until it is cancelled.
 
@@ -189,7 +182,7 @@ class McpConnection:
                 reason = (
                     f"no answer within {self.settings.start_timeout:g} s"
                     if isinstance(exc, TimeoutError)
-                    else describe_error(exc)
+                    else describe_errors(exc)
                 )
                 if not self._started.is_set():
                     await self._set_state(FAILED, reason)
@@ -290,7 +283,7 @@ class McpConnection:
             self._lost("the connection closed")
             raise ToolError(self._unavailable()) from None
         except Exception as exc:  # a transport failure: the server is gone or unreachable
-            self._lost(describe_error(exc))
+            self._lost(describe_errors(exc))
             raise ToolError(self._unavailable()) from None
         return render_result(result, tool.qualified)
 

@@ -25,7 +25,7 @@ from gateway.app import Runtime, open_runtime
 from gateway.bus import OutboundMessage
 from gateway.config import Config
 from gateway.control import control_server, socket_path
-from gateway.errors import ConfigError, MemgateError
+from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.heartbeat import Heartbeat
 from gateway.job_tools import JobTools
 from gateway.metrics import health_server
@@ -172,11 +172,9 @@ async def _serve(
             "consolidation_queue": runtime.consolidator.queue_depth,
         }
 
-    try:
+    # One channel's failure comes out as itself; several stay a group, none dropped.
+    with unwrap_group():
         await _supervise(config, runtime, channels, stop, status)
-    except ExceptionGroup as failed:
-        error = failed.exceptions[0]
-        raise error from error.__cause__  # one channel's failure, as itself
 
 
 async def _supervise(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from pathlib import Path
+
+import pytest
 
 from gateway.app import Runtime
 from gateway.status import describe
@@ -375,3 +378,30 @@ async def test_a_tool_call_is_stored_before_the_tool_runs(
     await reply.sent()
     assert "0 answer(s) owed, 0 interrupted turn(s)" in describe(runtime.config)
     assert b"memgate_turns_resumed_total 1.0" in runtime.metrics.render()
+
+
+async def test_a_failure_outside_the_model_is_one_log_line_and_a_reply_naming_it(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session file that cannot be read ends the turn in an apology naming the error, not a raise."""
+    runtime.sessions.path_for("test:42").mkdir(parents=True)
+    with caplog.at_level(logging.DEBUG, logger="gateway.agent"):
+        reply = await runtime.agent.handle(inbound("hello"))
+    assert reply is not None and reply.failed and reply.on_sent is None
+    assert reply.text.startswith("Sorry, something went wrong while answering (IsADirectoryError")
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO and "turn failed" in r.message]
+    assert len(loud) == 1 and "IsADirectoryError" in loud[0].message
+    assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.INFO)
+    assert any(r.exc_info for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+async def test_a_group_apology_names_the_kind_of_failure_only(runtime: Runtime) -> None:
+    """In a group the apology names the error's type, never its text (paths, settings)."""
+    key_path = runtime.sessions.path_for("test:-5")
+    key_path.mkdir(parents=True)
+    reply = await runtime.agent.handle(inbound("hello", chat_id="-5", is_group=True))
+    assert reply is not None and reply.failed
+    assert reply.text == (
+        "Sorry, something went wrong while answering (IsADirectoryError). "
+        "The error has been logged."
+    )
