@@ -15,14 +15,12 @@ import os
 import shutil
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from channels.base import ChannelConfigError
-from channels.pairing import PairingError, PairingStore
 from gateway import __version__
 from gateway.bus import Handler
-from gateway.clock import SystemClock
+from gateway.cli_stores import cmd_jobs, cmd_memory, cmd_pairing
 from gateway.config import (
     OPENAI_URL,
     Config,
@@ -38,25 +36,16 @@ from gateway.config import (
     write_private,
 )
 from gateway.control import is_serving, remote_handler, request, socket_path
-from gateway.errors import ConfigError, MemgateError
-from gateway.job_tools import JobTools
-from gateway.jobs import JobError, JobStore
-from gateway.lock import WorkspaceLock
+from gateway.errors import ConfigError, MemgateError, UsageError, describe_errors
 from gateway.logs import configure_logging
-from gateway.scheduler import Scheduler
 from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
 from memory.fileio import FILE_MODE, create_exclusive, ensure_private_dir
-from memory.files import MEMORY_TEMPLATE, MemoryFiles
-from memory.search import format_hits, terminal_progress
+from memory.files import MEMORY_TEMPLATE
 
 EX_CONFIG = 78
 
 log = logging.getLogger(__name__)
-
-
-class UsageError(MemgateError):
-    """A command was given arguments it cannot use."""
 
 
 # -- config location and first run ------------------------------------------------------------------
@@ -318,162 +307,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pairing(args: argparse.Namespace) -> int:
-    """List, approve and revoke; a running service reads the change on its next message."""
-    config = load(args)
-    store = PairingStore(config.state_dir)
-    try:
-        if args.action == "approve":
-            approved = store.approve(args.code, "cli")
-            print(
-                f"approved {approved.address} ({approved.name or 'no name'}); "
-                "their next message is answered"
-            )
-        elif args.action == "revoke":
-            revoked = store.revoke(args.address)
-            print(f"revoked {revoked.address}; their next message goes unanswered")
-        else:
-            print(_pairing_table(store))
-    except PairingError as exc:
-        raise MemgateError(str(exc)) from exc
-    return 0
-
-
-def _pairing_table(store: PairingStore) -> str:
-    lines = ["pending codes (valid for an hour; `memgate pairing approve CODE`):"]
-    lines += [
-        f"  {p.code}  {p.channel}:{p.sender_id}  {p.name or '-'}  asked {_when(p.created_at)}"
-        for p in store.pending()
-    ] or ["  (none)"]
-    lines.append("approved senders (`memgate pairing revoke CHANNEL:ID`):")
-    lines += [
-        f"  {a.address}  {a.name or '-'}  by {a.approved_by} {_when(a.approved_at)}"
-        for a in store.approved()
-    ] or ["  (none)"]
-    return "\n".join(lines)
-
-
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def cmd_jobs(args: argparse.Namespace) -> int:
-    """List or change scheduled jobs: through the running service, else in the job file."""
-    config = load(args)
-    action, job_id = args.action or "list", args.id or ""
-    if action != "list" and not job_id:
-        print(f"memgate: jobs {action} needs a job id (see memgate jobs list)", file=sys.stderr)
-        return 2
-    socket = socket_path(config.state_dir)
-    answer = asyncio.run(request(socket, {"op": "jobs", "action": action, "id": job_id}))
-    if answer is not None and "error" not in answer:
-        done, text = bool(answer.get("ok")), str(answer.get("text", ""))
-    else:
-        done, text = _jobs_offline(config, action, job_id)
-    print(text, file=sys.stdout if done else sys.stderr)
-    return 0 if done else 1
-
-
-def _jobs_offline(config: Config, action: str, job_id: str) -> tuple[bool, str]:
-    lock = WorkspaceLock(config.workspace, config.state_dir)
-    if action != "list":
-        # A `memgate chat` holding the lock keeps the jobs in memory and would write over us.
-        lock.acquire()
-    try:
-        try:
-            store = JobStore(config.state_dir)
-        except JobError as exc:
-            raise MemgateError(str(exc)) from exc
-        scheduler = Scheduler(store, SystemClock(), config.tz, config.automation.grace)
-        return JobTools(scheduler, config.tz).operate(action, job_id)
-    finally:
-        if action != "list":
-            lock.release()
-
-
-def cmd_memory(args: argparse.Namespace) -> int:
-    config = load(args)
-    files = MemoryFiles(config.workspace, config.tz)
-    action = args.action
-    if action == "show":
-        print(files.read_memory(), end="")
-    elif action == "log":
-        history = files.read_history()
-        if args.lines:
-            entries = [e for e in history.split("\n\n") if e.strip()]
-            history = "\n\n".join(entries[-args.lines :]) + ("\n" if entries else "")
-        print(history or "(HISTORY.md is empty)", end="" if history else "\n")
-    elif action == "restore":
-        return _restore(files, args.version)
-    elif action == "consolidate":
-        return asyncio.run(_consolidate(config, args.session, args.all))
-    elif action == "search":
-        return asyncio.run(_search(config, " ".join(args.query), args.limit, args.rebuild))
-    return 0
-
-
-async def _search(config: Config, query: str, limit: int, rebuild: bool) -> int:
-    """Print the best hits; the index is built or brought up to date first (progress on a tty)."""
-    from gateway.app import open_search
-
-    configure_logging("WARNING", config.secrets())  # an embeddings failure is worth a line
-    progress = terminal_progress(sys.stderr) if sys.stderr.isatty() else None
-    async with open_search(config) as search:
-        await (search.rebuild(progress) if rebuild else search.refresh(progress))
-        hits = await search.search(query, limit)
-    print(format_hits(hits, color=sys.stdout.isatty()) if hits else f"no matches for {query!r}")
-    return 0
-
-
-async def _consolidate(config: Config, key: str | None, everything: bool) -> int:
-    """Consolidate one session or all of them now, with a progress line on a terminal."""
-    from gateway.app import open_runtime
-    from memory.consolidate import Job
-
-    configure_logging("WARNING", config.secrets())
-    async with open_runtime(config) as runtime:
-        consolidator = runtime.consolidator
-        keys = runtime.sessions.keys() if everything else [key or ""]
-        if key and not runtime.sessions.path_for(key).exists():
-            raise UsageError(f"no session {key!r} in {runtime.sessions.root}")
-        if sys.stderr.isatty():
-            consolidator.progress = _progress_line
-        for name in keys:
-            consolidator.enqueue(Job(name, name, everything=True))
-        await consolidator.wait_idle()
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
-        pending = 0
-        for name in keys:
-            session = await runtime.sessions.get(name)
-            pending += session.unconsolidated
-    print(f"consolidated {len(keys)} session(s); {pending} message(s) still pending")
-    return 0 if pending == 0 else 1
-
-
-def _progress_line(key: str, done: int, total: int) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    bar = "#" * filled + "." * (width - filled)
-    print(f"\r{key[:30]:30} [{bar}] {done}/{total} messages", end="", file=sys.stderr, flush=True)
-
-
-def _restore(files: MemoryFiles, version: str | None) -> int:
-    versions = files.list_versions()
-    if version is None:
-        if not versions:
-            print("No previous versions of MEMORY.md are kept yet.")
-            return 0
-        print("Kept versions of MEMORY.md, oldest first:")
-        for path in versions:
-            print(f"  {path.name}  ({path.stat().st_size} bytes)")
-        print("\nRestore one with `memgate memory restore NAME` (or `latest`).")
-        return 0
-    chosen = files.restore(None if version == "latest" else version)
-    print(f"Restored MEMORY.md from {chosen.name}; the text it replaced is kept in versions/.")
-    return 0
-
-
 # -- parser -----------------------------------------------------------------------------------------
 def _positive(text: str) -> int:
     value = int(text)
@@ -522,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(func=func)
         return command
 
+    def add_loaded(
+        name: str, func: Callable[[Config, argparse.Namespace], int], help: str
+    ) -> argparse.ArgumentParser:
+        return add(name, lambda args: func(load(args), args), help)
+
     add("init", cmd_init, "write the config and workspace templates (never overwrites)")
     add("setup", cmd_setup, "ask for the LLM endpoint, test it, and write it into the config")
     add(
@@ -537,7 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", metavar="KEY", help="session key (default terminal:local)")
     chat.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     add("status", cmd_status, "show configuration, workspace, sessions and memory")
-    pairing = add("pairing", cmd_pairing, "let people in by pairing code: list, approve, revoke")
+    pairing = add_loaded(
+        "pairing", cmd_pairing, "let people in by pairing code: list, approve, revoke"
+    )
     steps = pairing.add_subparsers(dest="action", required=True, metavar="ACTION")
     steps.add_parser("list", help="pending codes and approved senders", parents=[common])
     approve = steps.add_parser("approve", help="let in the sender holding CODE", parents=[common])
@@ -545,12 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = steps.add_parser("revoke", help="take an approval back", parents=[common])
     revoke.add_argument("address", metavar="CHANNEL:ID", help="e.g. telegram:123456")
 
-    jobs = add("jobs", cmd_jobs, "list, remove, pause or resume scheduled jobs")
+    jobs = add_loaded("jobs", cmd_jobs, "list, remove, pause or resume scheduled jobs")
     jobs.add_argument(
         "action", nargs="?", choices=("list", "remove", "pause", "resume"), help="default: list"
     )
     jobs.add_argument("id", nargs="?", help="the job's id, as `memgate jobs list` shows it")
-    memory = add("memory", cmd_memory, "inspect and manage the memory files")
+    memory = add_loaded("memory", cmd_memory, "inspect and manage the memory files")
     actions = memory.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("show", help="print MEMORY.md", parents=[common])
     log_cmd = actions.add_parser("log", help="print HISTORY.md", parents=[common])
@@ -611,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except Exception as exc:
         log.debug("memgate stopped by an unexpected error", exc_info=True)
-        print(f"memgate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"memgate: {describe_errors(exc)}", file=sys.stderr)  # every error of a group
         code = 1
     except KeyboardInterrupt:
         code = 130

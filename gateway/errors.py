@@ -2,6 +2,7 @@
 
 MemgateError
 ├── ConfigError            bad or missing configuration (exit status 78)
+├── UsageError             a command was given arguments it cannot use
 ├── WorkspaceLockedError   another gateway holds the workspace
 ├── TranscriptionError     speech to text failed (the message is kept without a transcript)
 └── LLMError               the chat model could not answer
@@ -32,6 +33,10 @@ class ConfigError(MemgateError):
         super().__init__(message)
         self.path = path
         self.key = key
+
+
+class UsageError(MemgateError):
+    """A command was given arguments it cannot use."""
 
 
 class WorkspaceLockedError(MemgateError):
