@@ -19,7 +19,7 @@ from bench.configs import memgate_config
 from bench.fakellm import BenchLLM
 from gateway.app import open_runtime
 from gateway.bus import InboundMessage
-from gateway.config import parse_config
+from gateway.config_file import parse_config
 
 CHATS = 100
 TURNS = 20

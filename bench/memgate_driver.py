@@ -20,7 +20,7 @@ from bench.protocol import FakeControl, Run, rss_mb, run_driver
 from bench.workloads import Ask
 from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
-from gateway.config import parse_config
+from gateway.config_file import parse_config
 from gateway.templates import WORKSPACE_FILES
 from memory.sessions import SessionStore
 

@@ -11,7 +11,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from gateway.config import Config, load_config
+from gateway.config import Config
+from gateway.config_file import load_config
 from gateway.errors import ConfigError
 
 log = logging.getLogger(__name__)

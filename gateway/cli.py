@@ -21,9 +21,9 @@ from channels.base import ChannelConfigError
 from gateway import __version__
 from gateway.bus import Handler
 from gateway.cli_stores import cmd_jobs, cmd_memory, cmd_pairing
-from gateway.config import (
+from gateway.config import Config
+from gateway.config_file import (
     OPENAI_URL,
-    Config,
     default_config_path,
     default_workspace,
     load_config,

@@ -18,7 +18,8 @@ from typing import Any
 from channels.base import ChannelConfigError
 from channels.discord import probe_discord
 from channels.telegram import probe_telegram
-from gateway.config import Config, McpServerConfig, require_api_key
+from gateway.config import Config, McpServerConfig
+from gateway.config_file import require_api_key
 from gateway.control import request, socket_path
 from gateway.errors import ConfigError, LLMError, LLMToolsUnsupportedError, WorkspaceLockedError
 from gateway.lock import WorkspaceLock

@@ -13,7 +13,8 @@ import pytest
 
 from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
-from gateway.config import Config, parse_config
+from gateway.config import Config
+from gateway.config_file import parse_config
 from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm

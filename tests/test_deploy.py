@@ -20,7 +20,8 @@ import yaml
 from pydantic import BaseModel
 
 from gateway.cli import EX_CONFIG
-from gateway.config import Config, load_config
+from gateway.config import Config
+from gateway.config_file import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

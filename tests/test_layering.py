@@ -12,7 +12,7 @@ OWNERS = {
     "telegram": "channels/telegram.py",
     "discord": "channels/discord.py",
     "tiktoken": "memory/tokens.py",
-    "yaml": "gateway/config.py",
+    "yaml": "gateway/config_file.py",
     "PIL": "gateway/images.py",
     "pypdf": "gateway/documents.py",
     "mcp": "gateway/mcp.py",
