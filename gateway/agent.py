@@ -29,27 +29,26 @@ from gateway.errors import LLMError, describe_errors, leaf_errors
 from gateway.logs import redact
 from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
-from gateway.provider import ChatProvider, ChatResponse
+from gateway.provider import ChatProvider
+from gateway.replay import ReplayAction, find_replay
 from gateway.scope import scope_for
+from gateway.session_lock import SessionLock
+from gateway.tool_steps import close_interrupted, run_tool_step
 from gateway.tools import ToolBox, ToolRegistry, turn_origin
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
 from memory.sessions import (
-    INTERRUPTED_TOOL,
     Message,
     Session,
     SessionStore,
     history_window,
     legal_messages,
-    turn_after,
-    unanswered_calls,
 )
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 log = logging.getLogger(__name__)
 
-MAX_STORED_TOOL_RESULT = 16_000
 NEW_SESSION_REPLY = "New session started."
 UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
 
@@ -320,32 +319,23 @@ class AgentLoop:
     async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
         turn_origin.set(message)  # this task's own context: the tools learn which chat asks
         session = await self.sessions.get(message.key)
-        stored = _stored_at(session, message.message_id) if message.message_id else None
+        replay = find_replay(session, message.message_id) if message.message_id else None
+        stored = replay.index if replay is not None else None
         steps: list[Message] = []
-        if stored is not None:
+        if replay is not None:
             # A channel replaying its inbox after a crash: carry on where the turn stopped.
-            steps, answer, left_behind = turn_after(session.messages, stored)
-            if answer is not None:
-                if answer.get("reply_id") in session.delivered or not answer.get("reply_id"):
-                    log.info("skipping replayed message, answered session=%s", message.key)
-                    return None
-                # Stored but never marked delivered: the kill came before the platform took it.
-                log.info("sending again an answer owed before a restart session=%s", message.key)
+            log.info("%s session=%s", replay.action.value, message.key)
+            if replay.action in (ReplayAction.ANSWERED, ReplayAction.LEFT_BEHIND):
+                return None
+            if replay.action is ReplayAction.RESEND and replay.answer is not None:
                 if self.observer is not None:
                     self.observer.reply_resent()
-                stats.session, stats.answer = session, answer
-                return str(answer.get("content") or "")
-            if left_behind:
-                log.info("skipping replayed message, a later one followed session=%s", message.key)
-                return None
-            if steps:
-                log.info("resuming a turn interrupted by a restart session=%s", message.key)
+                stats.session, stats.answer = session, replay.answer
+                return str(replay.answer.get("content") or "")
+            if replay.action is ReplayAction.RESUME:
                 if self.observer is not None:
                     self.observer.turn_resumed()
-                steps = await self._close_interrupted(session, steps)
-            else:
-                # Stored, then the process died before any answer: answer it now, storing it once.
-                log.info("answering a message interrupted by a restart session=%s", message.key)
+                steps = await close_interrupted(self.sessions, session, replay.steps)
         prepared = (
             await self.media.prepare(message) if self.media else PreparedMessage(message.text)
         )
@@ -442,52 +432,11 @@ class AgentLoop:
                     stats.session = session
                     stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
-            messages.extend(await self._run_tools(session, response, tools))
+            messages.extend(await run_tool_step(self.sessions, session, response, tools))
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
-
-    async def _run_tools(
-        self, session: Session, response: ChatResponse, tools: ToolRegistry
-    ) -> list[dict[str, Any]]:
-        """Run one step's tools; the call is stored before any runs, each result once it is in,
-        so a restart knows which tools ran (their results) and which were cut short."""
-        calls = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in response.tool_calls
-        ]
-        step: list[dict[str, Any]] = [
-            {"role": "assistant", "content": response.content or "", "tool_calls": calls}
-        ]
-        await self.sessions.add_messages(session, step)
-        for call in response.tool_calls:
-            log.debug("tool call name=%s", call.name)
-            output = await tools.execute(call.name, call.arguments)
-            result = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
-            step.append(result)
-            await self.sessions.add_messages(session, [_for_storage(result)])
-        return step
-
-    async def _close_interrupted(self, session: Session, steps: list[Message]) -> list[Message]:
-        """Give each tool call a restart cut short a result saying so, stored, instead of running
-        the tool again (it may have had effects already); the model decides what to say."""
-        results = [
-            {
-                "role": "tool",
-                "tool_call_id": call["id"],
-                "name": call.get("function", {}).get("name", ""),
-                "content": INTERRUPTED_TOOL,
-            }
-            for call in unanswered_calls(steps)
-        ]
-        if results:
-            log.info(
-                "tool calls interrupted by a restart session=%s count=%d", session.key, len(results)
-            )
-            await self.sessions.add_messages(session, results)
-            return [*steps, *session.messages[-len(results) :]]
-        return steps
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""
@@ -499,22 +448,8 @@ class AgentLoop:
             self._fixed_counts[text] = cached
         return cached
 
-    # -- per-session ordering ----------------------------------------------------------------------
-    def _session_lock(self, key: str) -> _SessionLock:
-        return _SessionLock(self._locks, key)
-
-
-_REPLAY_WINDOW = 200  # messages searched for a replayed message id
-
-
-def _stored_at(session: Session, message_id: str) -> int | None:
-    """Index of the user message carrying this channel message id, among the recent ones."""
-    start = max(0, len(session.messages) - _REPLAY_WINDOW)
-    for index in range(len(session.messages) - 1, start - 1, -1):
-        message = session.messages[index]
-        if message.get("role") == "user" and message.get("message_id") == message_id:
-            return index
-    return None
+    def _session_lock(self, key: str) -> SessionLock:
+        return SessionLock(self._locks, key)
 
 
 def _current_message(text: str, images: tuple[str, ...]) -> dict[str, Any]:
@@ -524,45 +459,3 @@ def _current_message(text: str, images: tuple[str, ...]) -> dict[str, Any]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
     parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
     return {"role": "user", "content": parts}
-
-
-def _for_storage(message: dict[str, Any]) -> dict[str, Any]:
-    """Tool results over the limit are stored truncated, with a marker saying so."""
-    content = message.get("content")
-    if (
-        message.get("role") == "tool"
-        and isinstance(content, str)
-        and len(content) > MAX_STORED_TOOL_RESULT
-    ):
-        cut = len(content) - MAX_STORED_TOOL_RESULT
-        content = content[:MAX_STORED_TOOL_RESULT] + f"\n[... {cut} characters truncated]"
-        return {**message, "content": content}
-    return message
-
-
-class _SessionLock:
-    """An asyncio.Lock per session key, dropped from the table when nobody holds or waits."""
-
-    def __init__(self, table: dict[str, tuple[asyncio.Lock, int]], key: str) -> None:
-        self._table = table
-        self._key = key
-
-    async def __aenter__(self) -> None:
-        lock, users = self._table.get(self._key, (asyncio.Lock(), 0))
-        self._table[self._key] = (lock, users + 1)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._release_slot()
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._table[self._key][0].release()
-        self._release_slot()
-
-    def _release_slot(self) -> None:
-        lock, users = self._table[self._key]
-        if users <= 1:
-            del self._table[self._key]
-        else:
-            self._table[self._key] = (lock, users - 1)
