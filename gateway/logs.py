@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 # Telegram bot tokens: "<digits>:<35 url-safe characters>", the colon URL-encoded in file URLs.
 _BOT_TOKEN = re.compile(r"(?<!\d)\d{6,12}(?::|%3[Aa])[A-Za-z0-9_-]{30,}")
+# API keys as providers echo them ("Incorrect API key provided: sk-proj-ab***xyz").
+_KEY_LIKE = re.compile(r"\b(?:sk|key|gsk|xai)-[A-Za-z0-9_*\-]{6,}")
 # Noisy libraries that log request URLs at INFO.
 _QUIET = ("httpx", "httpx2", "httpcore", "telegram", "telegram.ext", "discord", "openai", "aiohttp")
 
@@ -30,10 +32,12 @@ class RedactingFormatter(logging.Formatter):
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets`, anything shaped like a bot token and any key-shaped word
+    replaced by `***`: the one redactor of logs, error texts and replies."""
     for secret in secrets:
         if secret and secret in text:
             text = text.replace(secret, "***")
-    return _BOT_TOKEN.sub("***", text)
+    return _KEY_LIKE.sub("***", _BOT_TOKEN.sub("***", text))
 
 
 def configure_logging(level: str, secrets: Iterable[str] = ()) -> None:

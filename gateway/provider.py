@@ -28,6 +28,7 @@ from gateway.errors import (
     LLMToolsUnsupportedError,
     TranscriptionError,
 )
+from gateway.logs import redact
 from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class OpenAIProvider:
         self.endpoint = endpoint_of(base_url)
         self.tool_support = tool_support or ToolSupport()
         self.vision_support = vision_support or VisionSupport(model=model)
-        self._api_key = api_key
+        self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
         self.temperature = temperature
         self.max_tokens = max_tokens
         # Local servers (Ollama, llama.cpp) accept any key, but the SDK insists on one.
@@ -293,14 +294,14 @@ class OpenAIProvider:
             raise self._error(LLMConnectionError, _connection_text(exc)) from exc
         except openai.RateLimitError as exc:
             raise LLMRateLimitError(
-                self._redact(_status_text(exc)),
+                redact(_status_text(exc), self._secrets),
                 _retry_after(exc),
                 model=self.model,
                 endpoint=self.endpoint,
             ) from exc
         except openai.APIStatusError as exc:
             raise LLMStatusError(
-                self._redact(_status_text(exc)),
+                redact(_status_text(exc), self._secrets),
                 exc.status_code,
                 model=self.model,
                 endpoint=self.endpoint,
@@ -314,13 +315,7 @@ class OpenAIProvider:
             raise
 
     def _error(self, kind: type[LLMError], message: str) -> LLMError:
-        return kind(self._redact(message), model=self.model, endpoint=self.endpoint)
-
-    def _redact(self, text: str) -> str:
-        """Providers echo (part of) a refused key; none of it reaches a log or a reply."""
-        if len(self._api_key) >= 6:
-            text = text.replace(self._api_key, "***")
-        return _KEY_LIKE.sub("***", text)
+        return kind(redact(message, self._secrets), model=self.model, endpoint=self.endpoint)
 
     async def close(self) -> None:
         await self._client.close()
@@ -363,7 +358,7 @@ class OpenAITranscriber:
     def __init__(self, *, base_url: str, api_key: str, model: str, timeout: float = 120) -> None:
         self.model = model
         self.endpoint = endpoint_of(base_url)
-        self._api_key = api_key
+        self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
         self._timeout = timeout
         # No retries: a voice note that failed is kept and named; the person can send it again.
         self._client = openai.AsyncOpenAI(
@@ -382,15 +377,10 @@ class OpenAITranscriber:
         except openai.APIConnectionError as exc:
             raise TranscriptionError(f"could not reach {self.endpoint}") from exc
         except openai.APIStatusError as exc:
-            raise TranscriptionError(self._redact(_status_text(exc))) from exc
+            raise TranscriptionError(redact(_status_text(exc), self._secrets)) from exc
         except (openai.OpenAIError, ValueError) as exc:
             raise TranscriptionError(f"unusable answer: {type(exc).__name__}") from exc
         return scrub(answer.text or "").strip()
-
-    def _redact(self, text: str) -> str:
-        if len(self._api_key) >= 6:
-            text = text.replace(self._api_key, "***")
-        return _KEY_LIKE.sub("***", text)
 
     async def close(self) -> None:
         await self._client.close()
@@ -420,8 +410,10 @@ def _to_response(completion: Any) -> ChatResponse:
     )
 
 
-# Key-shaped words as providers echo them ("Incorrect API key provided: sk-proj-ab***xyz").
-_KEY_LIKE = re.compile(r"\b(?:sk|key|gsk|xai)-[A-Za-z0-9_*\-]{6,}")
+def _secrets(api_key: str) -> tuple[str, ...]:
+    """The key to redact from error texts; a placeholder of a few characters (a local server's
+    "x") is no secret, and replacing it would garble every word that holds it."""
+    return (api_key,) if len(api_key) >= 6 else ()
 
 
 def _connection_text(exc: openai.APIConnectionError) -> str:

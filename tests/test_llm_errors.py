@@ -128,3 +128,17 @@ async def test_chat_message_exits_1_with_the_cause_on_stderr(
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "the API key was refused (llm.api_key)" in err
     assert "Traceback" not in err and "sk-wrong" not in err
+
+
+async def test_a_key_the_server_echoes_whole_is_redacted_from_log_and_reply(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused key that is not key-shaped, echoed whole by the server, shows as *** only.
+
+    (The DEBUG traceback holds the SDK's own error; the log formatter redacts it, test_logs.py.)"""
+    fake_llm.push(error(403, "key LocalSecret42 is not allowed here"))
+    async with make_runtime({"llm": {"api_key": "LocalSecret42"}}) as runtime:
+        with caplog.at_level(logging.INFO):
+            answer = await runtime.agent.handle(inbound("hi"))
+    assert answer is not None and "key *** is not allowed here" in answer.text
+    assert "LocalSecret42" not in caplog.text and "LocalSecret42" not in answer.text
