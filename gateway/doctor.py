@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,20 +60,24 @@ async def run_checks(config: Config) -> AsyncIterator[Check]:
         yield await check_embeddings(config)
     telegram, discord = config.channels.telegram, config.channels.discord
     if telegram.enabled:
-        try:
-            found = await probe_telegram(token=telegram.token, base_url=telegram.base_url)
-            yield Check("telegram", True, found)
-        except ChannelConfigError as exc:
-            yield Check("telegram", False, str(exc))
+        yield await check_channel(
+            "telegram", probe_telegram(token=telegram.token, base_url=telegram.base_url)
+        )
     if discord.enabled:
-        try:
-            found = await probe_discord(token=discord.token, api_base=discord.api_base)
-            yield Check("discord", True, found)
-        except ChannelConfigError as exc:
-            yield Check("discord", False, str(exc))
+        yield await check_channel(
+            "discord", probe_discord(token=discord.token, api_base=discord.api_base)
+        )
     for name, server in config.tools.mcp_servers.items():
         yield await check_mcp(name, server)
     yield check_disk(config.workspace)
+
+
+async def check_channel(name: str, probe: Awaitable[str]) -> Check:
+    """A chat platform's live probe: what it found, or why it refused the settings."""
+    try:
+        return Check(name, True, await probe)
+    except ChannelConfigError as exc:
+        return Check(name, False, str(exc))
 
 
 def check_folder(name: str, folder: Path) -> Check:
