@@ -21,13 +21,13 @@ run: $(BIN)/memgate
 test: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy gateway memory channels
+	$(BIN)/mypy --strict gateway memory channels
 	$(BIN)/python -m pytest -n auto
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy gateway memory channels
+	$(BIN)/mypy --strict gateway memory channels
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench
