@@ -324,7 +324,10 @@ class McpServers:
         """Close every connection (a stdio server's process is ended by the SDK)."""
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, ended, strict=True):
+            if isinstance(result, Exception):  # stopping anyway: worth a line, not a failure
+                log.debug("mcp stopped with an error task=%s error=%s", task.get_name(), result)
 
     def connection(self, name: str) -> McpConnection:
         return next(c for c in self.connections if c.name == name)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.bus import InboundMessage
+from gateway.errors import describe_errors
 from gateway.scope import PRIVATE, PathRefusedError, Scope, ScopeGuard
 from memory.errors import MemoryChangedError
 from memory.fileio import atomic_write
@@ -99,7 +100,10 @@ class ToolRegistry:
             log.info("tool refused tool=%s reason=%s", name, exc)
             return f"Error: {exc}"
         except Exception as exc:
-            log.exception("tool failed tool=%s", name)
+            # The model reads the failure and decides; the turn goes on, so this is no boundary
+            # of the message, only of the tool call.
+            log.error("tool failed tool=%s error=%s", name, describe_errors(exc))
+            log.debug("tool failure traceback tool=%s", name, exc_info=True)
             return f"Error: {name} failed ({type(exc).__name__})"
 
 
