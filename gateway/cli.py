@@ -1,4 +1,8 @@
-"""The `memgate` command line: init, setup, run, chat, status, doctor, memory, pairing.
+"""The `memgate` command line: init, setup, run, chat, status, doctor, memory, jobs, pairing.
+
+This module holds the parser, `run`, `chat`, `status`, `doctor` and the exit statuses; the config's
+first run, `init` and `setup` are gateway/cli_setup.py's, and memory, jobs and pairing
+gateway/cli_stores.py's.
 
 Exit status: 0 on success, 2 on a usage error (argparse's), 78 on bad configuration (EX_CONFIG,
 which the systemd unit does not restart on), 1 on any other error, each with a one-line reason on
@@ -9,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import logging
 import os
 import shutil
@@ -20,128 +23,31 @@ from pathlib import Path
 from channels.base import ChannelConfigError
 from gateway import __version__
 from gateway.bus import Handler
+from gateway.cli_setup import (
+    cmd_init,
+    cmd_setup,
+    config_path,
+    explicit_path,
+    first_run,
+    llm_configured,
+)
 from gateway.cli_stores import cmd_jobs, cmd_memory, cmd_pairing
 from gateway.config import Config
 from gateway.config_file import (
-    OPENAI_URL,
-    default_config_path,
-    default_workspace,
     load_config,
     memgate_home,
-    parse_config,
     permission_hint,
-    render_config,
     require_api_key,
-    update_llm_section,
-    write_private,
 )
 from gateway.control import is_serving, remote_handler, request, socket_path
-from gateway.errors import ConfigError, MemgateError, UsageError, describe_errors
+from gateway.errors import ConfigError, MemgateError, describe_errors
 from gateway.logs import configure_logging
-from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
-from memory.fileio import FILE_MODE, create_exclusive, ensure_private_dir
-from memory.files import MEMORY_TEMPLATE
+from memory.fileio import FILE_MODE, ensure_private_dir
 
 EX_CONFIG = 78
 
 log = logging.getLogger(__name__)
-
-
-# -- config location and first run ------------------------------------------------------------------
-def config_path(args: argparse.Namespace) -> Path:
-    given = getattr(args, "config", None)
-    return Path(given).expanduser() if given else default_config_path()
-
-
-def _explicit(args: argparse.Namespace) -> bool:
-    """A path given with --config must exist: a typo must not run on the defaults."""
-    return getattr(args, "config", None) is not None
-
-
-def _llm_configured(path: Path) -> bool:
-    return path.exists() or bool(os.environ.get("OPENAI_API_KEY"))
-
-
-def first_run(path: Path) -> None:
-    """Ask for the LLM endpoint on a terminal and write the config; without one, exit 78."""
-    if not sys.stdin.isatty():
-        raise ConfigError(
-            f"no LLM configured: {path} does not exist. Run `memgate init` and set llm.api_key "
-            f"there (or export OPENAI_API_KEY), or start `memgate chat` on a terminal to be asked",
-            path=str(path),
-            key="llm.api_key",
-        )
-    print(f"No configuration yet; let's write {path}. Press Enter to keep a default.\n")
-    base_url, api_key, model = ask_llm(OPENAI_URL, "", "gpt-4o-mini")
-    if api_key is None:
-        api_key = "${OPENAI_API_KEY}" if os.environ.get("OPENAI_API_KEY") else ""
-    text = render_config(
-        workspace=default_workspace(), base_url=base_url, api_key=api_key, model=model
-    )
-    write_private(path, text)
-    write_templates(default_workspace())
-    print(f"\nWrote {path} (readable only by you) and the workspace {default_workspace()}.")
-    print("Edit AGENTS.md, SOUL.md and USER.md there to shape the assistant.\n")
-
-
-def ask_llm(base_url: str, api_key: str, model: str) -> tuple[str, str | None, str]:
-    """Ask endpoint, key and model (Enter keeps the value shown), test them with one call, and
-    offer to answer again while the test fails. Returns the values to write; the key is None when
-    none was typed, so the file keeps what it had (a `${VAR}` stays a reference, not the secret)."""
-    typed: str | None = None
-    from gateway.doctor import check_llm
-
-    while True:
-        base_url = input(f"LLM endpoint (OpenAI-compatible) [{base_url}]: ").strip() or base_url
-        env_key = os.environ.get("OPENAI_API_KEY")
-        hint = (
-            "[keep the current one]"
-            if api_key
-            else "[from OPENAI_API_KEY]"
-            if env_key
-            else "[none]"
-        )
-        typed = getpass.getpass(f"API key {hint}: ").strip() or typed
-        tested = typed or api_key or ("${OPENAI_API_KEY}" if env_key else "")
-        model = input(f"Model [{model}]: ").strip() or model
-        raw = {
-            "workspace": str(default_workspace()),
-            "llm": {
-                "base_url": base_url,
-                "api_key": tested,
-                "model": model,
-                "max_retries": 0,
-                "timeout": 20,
-            },
-        }
-        try:
-            check = asyncio.run(check_llm(parse_config(raw, Path("(answers)"))))
-            ok, detail = check.ok, check.detail
-        except ConfigError as exc:
-            ok, detail = False, str(exc).removeprefix("(answers): ")
-        print(f"{'✓' if ok else '✗'} {detail}")
-        if ok:
-            return base_url, typed, model
-        again = input("Fix the answers? [Y/n] (n writes them as they are): ").strip().lower()
-        if again in ("n", "no"):
-            return base_url, typed, model
-
-
-def cmd_setup(args: argparse.Namespace) -> int:
-    """The first-run questions again, on an existing config (other keys kept)."""
-    path = config_path(args)
-    if not sys.stdin.isatty():
-        raise UsageError("`memgate setup` asks questions: run it on a terminal")
-    if not path.exists():
-        first_run(path)
-        return 0
-    current = load_config(path)
-    print(f"Updating the llm section of {path}. Press Enter to keep a value.\n")
-    base_url, api_key, model = ask_llm(current.llm.base_url, current.llm.api_key, current.llm.model)
-    update_llm_section(path, base_url, api_key, model)
-    print(f"\nWrote {path}; every other key is as it was.")
-    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -167,50 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def load(args: argparse.Namespace) -> Config:
-    return load_config(config_path(args), must_exist=_explicit(args))
-
-
-# -- commands ---------------------------------------------------------------------------------------
-def cmd_init(args: argparse.Namespace) -> int:
-    path = config_path(args)
-    created, kept = [], []
-    if path.exists():
-        kept.append(path)
-    else:
-        write_private(path, render_config(workspace=default_workspace()))
-        created.append(path)
-    # init needs only the workspace path. The secrets' variables come later (the env file of a
-    # service, an export), so an unset one must not stop it, whichever channel is enabled.
-    config = load_config(path, secret_stand_in="unset")
-    new, old = write_templates(config.workspace)
-    created += new
-    kept += old
-    for item in created:
-        print(f"created  {item}")
-    for item in kept:
-        print(f"kept     {item} (already there)")
-    print(f"\nNext: set llm.api_key in {path} (or export OPENAI_API_KEY), then `memgate chat`.")
-    return 0
-
-
-def write_templates(workspace: Path) -> tuple[list[Path], list[Path]]:
-    """Write the workspace templates that are missing; return (created, kept)."""
-    created, kept = [], []
-    files = {**WORKSPACE_FILES, "memory/MEMORY.md": MEMORY_TEMPLATE}
-    for name, text in files.items():
-        target = workspace / name
-        if target.exists():
-            kept.append(target)
-            continue
-        try:
-            create_exclusive(target, text)
-        except FileExistsError:  # created meanwhile: it is someone's, keep it
-            kept.append(target)
-            continue
-        created.append(target)
-    for sub in ("sessions", "media", "groups"):
-        ensure_private_dir(workspace / sub)
-    return created, kept
+    return load_config(config_path(args), must_exist=explicit_path(args))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -218,9 +81,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from gateway.app import open_runtime
 
     path = config_path(args)
-    if not _explicit(args) and not _llm_configured(path):
+    if not explicit_path(args) and not llm_configured(path):
         first_run(path)
-    config = load_config(path, must_exist=_explicit(args))
+    config = load_config(path, must_exist=explicit_path(args))
     debug = args.verbose or args.debug
     configure_logging("DEBUG" if debug else "WARNING", config.secrets())
     if not debug:
