@@ -20,16 +20,8 @@ from typing import Any
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
 
-from channels.base import (
-    GROUP_POLICIES,
-    AllowList,
-    ChannelConfigError,
-    Verdict,
-    admit,
-    check_access,
-    is_pair_command,
-    split_message,
-)
+from channels.admission import Gate, Request, Rules, Verdict
+from channels.base import ChannelConfigError, is_pair_command, split_message
 from channels.inbox import Inbox, Json
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
@@ -91,11 +83,6 @@ class DiscordChannel:
     ) -> None:
         if not token or not token.strip():
             raise ValueError("channels.discord.token must not be empty")
-        if group_policy not in GROUP_POLICIES:
-            raise ValueError(
-                f"channels.discord.group_policy must be one of {', '.join(GROUP_POLICIES)}, "
-                f"got {group_policy!r}"
-            )
         if not api_base.startswith(("http://", "https://")):
             raise ValueError(f"channels.discord.api_base must be an http(s) URL, got {api_base!r}")
         if gateway_url is not None and not gateway_url.startswith(("ws://", "wss://")):
@@ -105,7 +92,6 @@ class DiscordChannel:
         self._handler = handler
         self._token = token.strip()
         self._pairing = pairing
-        # Ids only: Discord usernames can be given up and claimed by someone else.
         self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
         self._api_base = api_base.rstrip("/")
         self._gateway_url = gateway_url
@@ -122,7 +108,7 @@ class DiscordChannel:
         self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
-        return f"<DiscordChannel group_policy={self._group_policy} connected={self._connected}>"
+        return f"<DiscordChannel group_policy={self._gate.rules.group_policy} connected={self._connected}>"
 
     @property
     def connected(self) -> bool:
@@ -131,11 +117,10 @@ class DiscordChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        allow_from = list(allow_from)
-        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
-        self._allow = AllowList(allow_from)
-        self._dm_policy = dm_policy
-        self._group_policy = group_policy
+        rules = Rules.build(
+            self.name, allow_from, dm_policy, group_policy, pairing=self._pairing is not None
+        )
+        self._gate = Gate(rules)
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
@@ -233,11 +218,7 @@ class DiscordChannel:
         log.info("discord %s bot_id=%s", event, user.id if user else "-")
 
     def _accept(self, message: discord.Message) -> None:
-        """Decide without awaiting whether a message is ours; start a task for each one that is.
-
-        The group policy comes before the allow-list so that only strangers who address the bot
-        are logged, not everyone chatting in a server it sits in.
-        """
+        """Decide without awaiting whether a message is ours; start a task for each one that is."""
         me = self._client.user if self._client else None
         author = message.author
         if (
@@ -251,28 +232,29 @@ class DiscordChannel:
         mentioned = _mentions(message, me.id)
         sender_id = str(author.id)
         is_group = message.guild is not None
-        verdict = admit(
-            is_group=is_group,
-            dm_policy=self._dm_policy,
-            group_policy=self._group_policy,
-            listed=self._allow.allows(sender_id),
-            approved=not is_group
-            and self._pairing is not None
-            and self._pairing.is_approved(self.name, sender_id),
-            addressed=mentioned,
+        # Ids only: Discord usernames can be given up and claimed by someone else.
+        decision = self._gate.judge(
+            Request(
+                sender_id,
+                name=author.name,
+                is_group=is_group,
+                addressed=mentioned,
+                approved=not is_group
+                and self._pairing is not None
+                and self._pairing.is_approved(self.name, sender_id),
+            )
         )
-        if verdict is Verdict.REFUSE:
-            self._allow.note_refused(self.name, sender_id, author.name)
-        if verdict is Verdict.PAIR:
+        if decision.verdict is Verdict.PAIR:
             self._answer_stranger(message)
-        if verdict is not Verdict.ADMIT:
+        if decision.verdict is not Verdict.ADMIT:
             return
         text = _clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
         if not is_group and is_pair_command(text) and self._pairing is not None:
-            owner = self._allow.is_owner(sender_id)
-            self._track(self._answer_pair(message, owner, text), f"discord pair {message.id}")
+            self._track(
+                self._answer_pair(message, decision.owner, text), f"discord pair {message.id}"
+            )
             return
         if self._inbox is not None:
             self._inbox.append(_record(message, text, mentioned))
@@ -357,7 +339,7 @@ class DiscordChannel:
                 sender_name=message.author.display_name,
                 media=media,
                 is_group=message.guild is not None,
-                sender_is_owner=self._allow.is_owner(str(message.author.id)),
+                sender_is_owner=self._gate.is_owner(str(message.author.id)),
                 mentioned=mentioned,
                 message_id=str(message.id),
             )

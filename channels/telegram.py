@@ -32,14 +32,8 @@ from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, T
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.base import (
-    AllowList,
-    ChannelConfigError,
-    Verdict,
-    admit,
-    check_access,
-    is_pair_command,
-)
+from channels.admission import Gate, Request, Rules, Verdict
+from channels.base import ChannelConfigError, is_pair_command
 from channels.inbox import Inbox, Json
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_html import Piece, render_pieces
@@ -107,9 +101,6 @@ class TelegramChannel:
             raise TelegramConfigError(
                 "channels.telegram.token: expected a BotFather token like 123:ABC…"
             )
-        if group_policy not in ("mention", "open", "off"):
-            raise TelegramConfigError(f"channels.telegram.group_policy: {group_policy!r} is not one of "
-                             "mention, open, off")  # fmt: skip
         self._handler = handler
         self._token = token
         self._pairing = pairing
@@ -146,11 +137,10 @@ class TelegramChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        allow_from = list(allow_from)
-        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
-        self._allow = AllowList(allow_from)
-        self._dm_policy = dm_policy
-        self._group_policy = group_policy
+        rules = Rules.build(
+            self.name, allow_from, dm_policy, group_policy, pairing=self._pairing is not None
+        )
+        self._gate = Gate(rules)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -319,28 +309,26 @@ class TelegramChannel:
         sender_id = str(user.id)
         is_group = message.chat.type in _GROUPS
         addressed, foreign, text = self._addressing(message)
-        verdict = admit(
-            is_group=is_group,
-            dm_policy=self._dm_policy,
-            group_policy=self._group_policy,
-            listed=self._allow.allows(sender_id, user.username),
-            approved=not is_group
-            and self._pairing is not None
-            and self._pairing.is_approved(self.name, sender_id),
-            addressed=addressed,
-            for_another_bot=foreign,
+        decision = self._gate.judge(
+            Request(
+                sender_id,
+                username=user.username,
+                is_group=is_group,
+                addressed=addressed,
+                approved=not is_group
+                and self._pairing is not None
+                and self._pairing.is_approved(self.name, sender_id),
+                for_another_bot=foreign,
+            )
         )
         thread = message.message_thread_id if message.is_topic_message else None
         target = _Target(message.chat.id, thread)
-        if verdict is Verdict.REFUSE:
-            self._allow.note_refused(self.name, sender_id, user.username)
-        if verdict is Verdict.PAIR:
+        if decision.verdict is Verdict.PAIR:
             self._answer_stranger(target, sender_id, user.full_name)
-        if verdict is not Verdict.ADMIT:
+        if decision.verdict is not Verdict.ADMIT:
             return False
         if not is_group and is_pair_command(text) and self._pairing is not None:
-            owner = self._allow.is_owner(sender_id, user.username)
-            self._spawn(self._answer_pair(target, sender_id, owner, text))
+            self._spawn(self._answer_pair(target, sender_id, decision.owner, text))
             return False
         if not text and next(_attachments(message), None) is None:
             # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
@@ -468,7 +456,7 @@ class TelegramChannel:
             sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
             media=tuple(media),
             is_group=message.chat.type in _GROUPS,
-            sender_is_owner=self._allow.is_owner(str(user.id), user.username),
+            sender_is_owner=self._gate.is_owner(str(user.id), user.username),
             mentioned=addressed,
             message_id=str(message.message_id),
             session_key=topic,

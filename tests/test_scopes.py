@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from channels.base import AllowList
+from channels.admission import AllowList
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime
 from gateway.scope import (
