@@ -40,17 +40,13 @@ def is_pair_command(text: str) -> bool:
     return text.split(maxsplit=1)[:1] == ["/pair"]
 
 
-_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+# A fence line: its marker and the info string after it (CommonMark).
+FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
 
 
 def text_length(text: str) -> int:
     """Length in Python characters (Discord counts these)."""
     return len(text)
-
-
-def utf16_length(text: str) -> int:
-    """Length in UTF-16 code units (Telegram counts these)."""
-    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
 
 
 def split_message(text: str, limit: int, measure: Callable[[str], int] = text_length) -> list[str]:
@@ -116,7 +112,7 @@ def _open_fence(text: str) -> tuple[str, str] | None:
     """The (fence, info) of a code block left open at the end of `text`, else None."""
     open_fence: tuple[str, str] | None = None
     for line in text.split("\n"):
-        match = _FENCE.match(line)
+        match = FENCE.match(line)
         if not match:
             continue
         marker, info = match.group(1), match.group(2).strip()

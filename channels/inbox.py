@@ -64,6 +64,15 @@ class Inbox:
         self._pending = {int(update[self.id_field]) for update in kept}
         return kept
 
+    def open_or_log(self) -> list[Json]:
+        """`open()`, or no entries and an error logged when the file cannot be opened: serving
+        without the journal beats not serving (a kill may then lose the messages in flight)."""
+        try:
+            return self.open()
+        except OSError as exc:
+            log.error("%s inbox unavailable path=%s error=%s", self.label, self.path, exc)
+            return []
+
     def close(self) -> None:
         if self._fd is not None:
             self.sync()

@@ -17,7 +17,7 @@ from typing import Any
 
 from channels.base import ChannelConfigError
 from channels.discord import probe_discord
-from channels.telegram import probe_telegram
+from channels.telegram_connect import probe_telegram
 from gateway.config import Config, McpServerConfig, require_api_key
 from gateway.control import request, socket_path
 from gateway.errors import ConfigError, LLMError, LLMToolsUnsupportedError, WorkspaceLockedError
