@@ -28,7 +28,7 @@ from telegram.request import HTTPXRequest
 
 from channels.admission import Gate, Request, Rules, Verdict
 from channels.base import is_pair_command
-from channels.inbox import Inbox, Json
+from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_connect import TelegramConfigError, file_url, retrying
 from channels.telegram_delivery import Target, TelegramDelivery
@@ -406,28 +406,14 @@ class TelegramChannel:
     async def _turn(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
         assert self._tasks is not None
         with self._delivery.typing_while(target, self._tasks):
-            try:
-                reply = await self._handler(inbound)
-            except Exception:
-                log.exception("telegram handler failed key=%s", inbound.key)
-                reply = None
-        if reply is None or reply.on_sent is None:
-            # Nothing stored to send again (a command's answer, an apology): finished before the
-            # send, so a kill never makes a replay run a command such as /new twice.
-            self._finish(update_id)
+            reply = await self._handler(inbound)  # it answers its own errors
         if reply is not None:
             if target.thread_id and "thread_id" not in reply.metadata:
                 meta = {**reply.metadata, "thread_id": str(target.thread_id)}
                 reply = replace(reply, metadata=meta)
             if inbound.is_group and reply.reply_to is None:
                 reply = replace(reply, reply_to=inbound.message_id)
-            await self._delivery.send_pieces(reply)
-        # Finished only once the reply is out, and at once (no thread, no fsync: a kill leaves
-        # the written line in place): a kill before this replays the update, and the agent then
-        # sends the stored answer again unless it was marked delivered.
-        self._finish(update_id)
-        if reply is not None:
-            await reply.sent()
+        await settle(reply, lambda: self._finish(update_id), self._delivery.send_pieces)
 
     # -- sending ----------------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> bool:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from channels.discord import DiscordChannel, DiscordChannelError
+from channels.discord import DiscordChannel
+from channels.discord_connect import DiscordChannelError
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, Recorder, barrier, serving

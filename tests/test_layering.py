@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Third-party SDKs and heavy libraries, each owned by exactly one module, or by the declared
-# modules of one adapter (python-telegram-bot: the Telegram adapter's parts).
+# modules of one adapter (each chat SDK: that adapter's parts).
 TELEGRAM_ADAPTER = (
     "channels/telegram.py",
     "channels/telegram_connect.py",
@@ -16,10 +16,11 @@ TELEGRAM_ADAPTER = (
     "channels/telegram_mentions.py",
     "channels/telegram_updates.py",
 )
+DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py")
 OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": "gateway/provider.py",
     "telegram": TELEGRAM_ADAPTER,
-    "discord": "channels/discord.py",
+    "discord": DISCORD_ADAPTER,
     "tiktoken": "memory/tokens.py",
     "yaml": "gateway/config.py",
     "PIL": "gateway/images.py",
