@@ -1,4 +1,4 @@
-"""What every channel shares: the `Channel` protocol, its error, and reply splitting.
+"""What every channel shares: the `Channel` protocol, its error, its commands, reply splitting.
 
 Imports only `gateway.bus` of ours.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.bus import Handler, OutboundMessage
@@ -33,6 +34,15 @@ class Channel(Protocol):
 
 
 ChannelFactory = Callable[[Handler], Channel]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCommands:
+    """What a platform's command menu offers, (name, description) each, and the greeting for a
+    first contact (Telegram's /start); the gateway builds both from its command registry."""
+
+    menu: tuple[tuple[str, str], ...] = ()
+    greeting: str = ""
 
 
 def is_pair_command(text: str) -> bool:

@@ -39,6 +39,7 @@ from channels.inbox import Inbox, Json, settle
 from channels.media_names import safe_name
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
+from gateway.config import DiscordConfig
 from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
@@ -61,34 +62,29 @@ class DiscordChannel:
     def __init__(
         self,
         handler: Handler,
+        settings: DiscordConfig,
         *,
-        token: str,
-        allow_from: Iterable[str],
-        group_policy: str = "mention",
-        dm_policy: str = "allowlist",
-        pairing: PairingStore | None = None,
-        api_base: str = "https://discord.com/api/v10",
-        gateway_url: str | None = None,
         workspace: Path,
+        state_dir: Path | None = None,
+        pairing: PairingStore | None = None,
+        shutdown_grace: float = 0.0,
         guild_ready_timeout: float = 2.0,
         max_media_bytes: int = 25 * 1024 * 1024,
-        shutdown_grace: float = 0.0,
-        state_dir: Path | None = None,
     ) -> None:
-        if not token or not token.strip():
-            raise ValueError("channels.discord.token must not be empty")
-        if not api_base.startswith(("http://", "https://")):
-            raise ValueError(f"channels.discord.api_base must be an http(s) URL, got {api_base!r}")
-        if gateway_url is not None and not gateway_url.startswith(("ws://", "wss://")):
-            raise ValueError(
-                f"channels.discord.gateway_url must be a ws(s) URL, got {gateway_url!r}"
-            )
+        """`settings` come validated (URLs); the token, whose variable commands such as
+        `memgate init` may leave unset, is checked here."""
+        if not settings.token.strip():
+            raise DiscordChannelError("channels.discord.token: must not be empty")
         self._handler = handler
-        self._token = token.strip()
+        self._token = settings.token.strip()
         self._pairing = pairing
-        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
-        self._api_base = api_base.rstrip("/")
-        self._gateway_url = gateway_url
+        self.set_access(
+            allow_from=settings.allow_from,
+            dm_policy=settings.dm_policy,
+            group_policy=settings.group_policy,
+        )
+        self._api_base = settings.api_base.rstrip("/")
+        self._gateway_url = settings.gateway_url
         self._workspace = Path(workspace)
         self._guild_ready_timeout = guild_ready_timeout
         self._max_media_bytes = max_media_bytes
@@ -102,7 +98,8 @@ class DiscordChannel:
         self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
-        return f"<DiscordChannel group_policy={self._gate.rules.group_policy} connected={self._connected}>"
+        policy = self._gate.rules.group_policy
+        return f"<DiscordChannel group_policy={policy} connected={self._connected}>"
 
     @property
     def connected(self) -> bool:
@@ -111,10 +108,10 @@ class DiscordChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        rules = Rules.build(
-            self.name, allow_from, dm_policy, group_policy, pairing=self._pairing is not None
+        pairing = self._pairing is not None
+        self._gate = Gate(
+            Rules.build(self.name, allow_from, dm_policy, group_policy, pairing=pairing)
         )
-        self._gate = Gate(rules)
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.

@@ -27,7 +27,7 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from telegram.request import HTTPXRequest
 
 from channels.admission import Gate, Request, Rules, Verdict
-from channels.base import is_pair_command
+from channels.base import ChatCommands, is_pair_command
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_connect import TelegramConfigError, file_url, retrying
@@ -37,19 +37,12 @@ from channels.telegram_mentions import read_addressing
 from channels.telegram_state import UpdateCursor
 from channels.telegram_updates import UpdateQueue, UpdatesRequest, update_date
 from gateway.bus import Handler, InboundMessage, OutboundMessage
+from gateway.config import TelegramConfig
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
 ALLOWED_UPDATES = (Update.MESSAGE,)
-COMMANDS = (
-    ("new", "Start a new session"),
-    ("stop", "Stop the reply in progress"),
-    ("status", "Session and memory status"),
-    ("jobs", "Scheduled jobs of this chat"),
-    ("help", "What I can do"),
-)
-GREETING = "Hi! I'm your memgate assistant: just write to me. /help lists the commands."
 UNSUPPORTED = "I can only read text, photos, voice messages and files."
 _GROUPS = (ChatType.GROUP, ChatType.SUPERGROUP)
 
@@ -62,40 +55,39 @@ class TelegramChannel:
     def __init__(
         self,
         handler: Handler,
+        settings: TelegramConfig,
         *,
-        token: str,
-        allow_from: Iterable[str],
-        group_policy: str = "mention",
-        dm_policy: str = "allowlist",
-        pairing: PairingStore | None = None,
-        base_url: str = "https://api.telegram.org/bot",
-        base_file_url: str | None = None,
         workspace: Path,
         state_dir: Path,
-        webhook_url: str | None = None,
-        webhook_listen: str = "127.0.0.1:8443",
-        webhook_secret: str | None = None,
+        pairing: PairingStore | None = None,
         shutdown_grace: float = 10.0,
+        commands: ChatCommands | None = None,
     ) -> None:
-        if not token or ":" not in token:
+        """`settings` come validated (URLs, listen address); the token, whose variable commands
+        such as `memgate init` may leave unset, and the webhook's needs are checked here."""
+        token = settings.token
+        if ":" not in token:
             raise TelegramConfigError(
                 "channels.telegram.token: expected a BotFather token like 123:ABC…"
             )
-        self._handler = handler
-        self._token = token
-        self._pairing = pairing
-        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
-        self._base_url = base_url
-        self._base_file_url = base_file_url or file_url(base_url)
-        self._workspace = Path(workspace)
-        self._state_dir = Path(state_dir)
-        self._webhook_url = webhook_url
-        self._listen = _parse_listen(webhook_listen)
-        self._webhook_secret = webhook_secret or secrets.token_urlsafe(32)
-        self._grace = shutdown_grace
-        if webhook_url and importlib.util.find_spec("tornado") is None:
+        if settings.webhook_url and importlib.util.find_spec("tornado") is None:
             raise TelegramConfigError("channels.telegram.webhook_url: webhook mode needs "
                              "python-telegram-bot[webhooks] (tornado) installed")  # fmt: skip
+        self._handler = handler
+        self._settings = settings
+        self._token = token
+        self._pairing = pairing
+        self._commands = commands or ChatCommands()
+        self.set_access(
+            allow_from=settings.allow_from,
+            dm_policy=settings.dm_policy,
+            group_policy=settings.group_policy,
+        )
+        self._base_file_url = settings.base_file_url or file_url(settings.base_url)
+        self._workspace = Path(workspace)
+        self._state_dir = Path(state_dir)
+        self._webhook_secret = settings.webhook_secret or secrets.token_urlsafe(32)
+        self._grace = shutdown_grace
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._started = False
         self._connected = False
@@ -114,10 +106,10 @@ class TelegramChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        rules = Rules.build(
-            self.name, allow_from, dm_policy, group_policy, pairing=self._pairing is not None
+        pairing = self._pairing is not None
+        self._gate = Gate(
+            Rules.build(self.name, allow_from, dm_policy, group_policy, pairing=pairing)
         )
-        self._gate = Gate(rules)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -130,7 +122,7 @@ class TelegramChannel:
         app = (
             ApplicationBuilder()
             .token(self._token)
-            .base_url(self._base_url)
+            .base_url(self._settings.base_url)
             .base_file_url(self._base_file_url)
             .request(requests[0])
             .get_updates_request(requests[1])
@@ -158,7 +150,7 @@ class TelegramChannel:
                     log.info(
                         "telegram connected bot=@%s mode=%s",
                         self._bot_username,
-                        "webhook" if self._webhook_url else "polling",
+                        "webhook" if self._settings.webhook_url else "polling",
                     )
                     await asyncio.Event().wait()  # serve until cancelled
                 finally:
@@ -177,13 +169,14 @@ class TelegramChannel:
 
     async def _start_updates(self) -> None:
         assert self._app is not None and self._app.updater is not None
-        if self._webhook_url:
-            host, port = self._listen
+        webhook_url = self._settings.webhook_url
+        if webhook_url:
+            host, port = self._settings.webhook_address
             await self._app.updater.start_webhook(
                 listen=host,
                 port=port,
-                url_path=urlsplit(self._webhook_url).path.lstrip("/"),
-                webhook_url=self._webhook_url,
+                url_path=urlsplit(webhook_url).path.lstrip("/"),
+                webhook_url=webhook_url,
                 secret_token=self._webhook_secret,
                 allowed_updates=ALLOWED_UPDATES,
                 max_connections=1,  # in order, so update_ids only grow
@@ -307,8 +300,8 @@ class TelegramChannel:
             if message.effective_attachment is not None and (addressed or not is_group):
                 self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
             return False
-        if text.split(maxsplit=1)[:1] == ["/start"]:
-            self._spawn(self.send(self._outbound(target, GREETING)))
+        if text.split(maxsplit=1)[:1] == ["/start"] and self._commands.greeting:
+            self._spawn(self.send(self._outbound(target, self._commands.greeting)))
             return False
         previous = self._tails.get(target)
         done = self._tails[target] = asyncio.Event()
@@ -444,11 +437,13 @@ class TelegramChannel:
 
     async def _register_commands(self, bot: Bot) -> None:
         """setMyCommands only when Telegram's list differs, so restarts cost no extra calls."""
-        wanted = [BotCommand(command, description) for command, description in COMMANDS]
+        menu = list(self._commands.menu)
+        if not menu:
+            return
         try:
             current = await bot.get_my_commands()
-            if [(c.command, c.description) for c in current] != list(COMMANDS):
-                await bot.set_my_commands(wanted)
+            if [(c.command, c.description) for c in current] != menu:
+                await bot.set_my_commands([BotCommand(name, text) for name, text in menu])
         except TelegramError as exc:
             log.warning("telegram could not register commands error=%s", exc)
 
@@ -469,10 +464,3 @@ async def _guarded(coro: Awaitable[object]) -> None:
 
 def _log_polling_error(exc: TelegramError) -> None:
     log.warning("telegram polling error: %s", exc)
-
-
-def _parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise TelegramConfigError(f"channels.telegram.webhook_listen: {listen!r} is not host:port")
-    return host.strip("[]") or "127.0.0.1", int(port)

@@ -54,12 +54,13 @@ def test_memory_imports_neither_gateway_nor_channels() -> None:
 
 
 def test_channels_import_only_the_bus() -> None:
-    """channels/ may import gateway.bus, memory.fileio and each other, nothing else of ours."""
+    """channels/ may import gateway.bus, gateway.config (its models), memory.fileio and each other."""
     for path in modules("channels"):
         for name in imports_of(path):
             top = name.split(".")[0]
             if top == "gateway":
-                assert name == "gateway.bus", f"{path}: {name}"
+                # The bus, and the config models a channel takes as its settings.
+                assert name in ("gateway.bus", "gateway.config"), f"{path}: {name}"
             if top == "memory":
                 # The one file writer is a leaf every package shares.
                 assert name == "memory.fileio", f"{path}: {name}"
@@ -82,3 +83,12 @@ def test_bus_imports_nothing_of_ours() -> None:
     """gateway/bus.py is the leaf every channel depends on."""
     ours = {"gateway", "channels", "memory"}
     assert not {n.split(".")[0] for n in imports_of(ROOT / "gateway" / "bus.py")} & ours
+
+
+def test_channels_take_only_the_channel_models_from_the_config() -> None:
+    """Of gateway.config a channel imports only its own settings model, nothing of the loading."""
+    for path in modules("channels"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "gateway.config":
+                names = {alias.name for alias in node.names}
+                assert names <= {"TelegramConfig", "DiscordConfig"}, f"{path}: {names}"

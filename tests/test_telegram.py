@@ -17,12 +17,15 @@ import pytest
 
 import channels.telegram
 import channels.telegram_delivery
-from channels.base import ChannelConfigError
+from channels.base import ChannelConfigError, ChatCommands
 from channels.telegram import TelegramChannel
 from channels.telegram_connect import TelegramConfigError
 from channels.utf16 import utf16_length
 from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
+from gateway.commands import command_menu, greeting
+from gateway.config import TelegramConfig, load_config
+from gateway.errors import ConfigError
 from gateway.logs import RedactingFilter
 from tests.fakes.llm import FakeLLM, last_user_text, text
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
@@ -67,15 +70,24 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 def make_channel(
     fake: FakeTelegram, tmp_path: Path, handler: Any, **options: Any
 ) -> TelegramChannel:
-    options.setdefault("allow_from", ["42"])
-    return TelegramChannel(
-        handler,
-        token=TOKEN,
+    """A channel on the fake; options are TelegramConfig keys or the constructor's own."""
+    own = {k: options.pop(k) for k in ("pairing", "commands") if k in options}
+    settings = TelegramConfig(
+        token=options.pop("token", TOKEN),
         base_url=fake.url,
         base_file_url=fake.file_url,
+        allow_from=options.pop("allow_from", ["42"]),
+        dm_policy=options.pop("dm_policy", "allowlist"),
+        **{k: options.pop(k) for k in list(options) if k in TelegramConfig.model_fields},
+    )
+    return TelegramChannel(
+        handler,
+        settings,
         workspace=options.pop("workspace", tmp_path / "workspace"),
         state_dir=tmp_path / "state",
         shutdown_grace=options.pop("shutdown_grace", 1.0),
+        commands=own.pop("commands", ChatCommands(command_menu(), greeting())),
+        **own,
         **options,
     )
 
@@ -457,14 +469,7 @@ async def test_the_token_never_reaches_the_logs(
 
 async def test_a_wrong_token_fails_start_clearly(fake: FakeTelegram, tmp_path: Path) -> None:
     """Telegram's 401 for the token ends run() with a configuration error (exit 78 in the CLI)."""
-    channel = TelegramChannel(
-        Recorder(),
-        token="999:wrong",
-        allow_from=["42"],
-        base_url=fake.url,
-        workspace=tmp_path,
-        state_dir=tmp_path,
-    )
+    channel = make_channel(fake, tmp_path, Recorder(), token="999:wrong")
     with pytest.raises(TelegramConfigError, match="token"):
         await channel.run()
 
@@ -479,15 +484,31 @@ async def test_start_retries_while_telegram_is_unreachable(
     assert [c.status for c in fake.calls_to("getMe")] == [502, 200]
 
 
-def test_bad_settings_fail_at_construction(tmp_path: Path) -> None:
-    """A bad group_policy, listen address or token is a configuration error naming the key."""
-    common: dict[str, Any] = {"allow_from": [], "workspace": tmp_path, "state_dir": tmp_path}
-    with pytest.raises(ChannelConfigError, match="group_policy"):
-        TelegramChannel(Recorder(), token=TOKEN, group_policy="some", **common)
-    with pytest.raises(ChannelConfigError, match="webhook_listen"):
-        TelegramChannel(Recorder(), token=TOKEN, webhook_listen="8443", **common)
-    with pytest.raises(ChannelConfigError, match="token"):
-        TelegramChannel(Recorder(), token="", **common)
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("telegram", "group_policy", "some"),
+        ("telegram", "webhook_listen", "8443"),
+        ("telegram", "base_url", "api.telegram.org/bot"),
+        ("discord", "api_base", "discord.com/api"),
+        ("discord", "gateway_url", "https://gateway.discord.gg"),
+    ],
+)
+def test_bad_channel_settings_are_config_errors(
+    tmp_path: Path, section: str, key: str, value: str
+) -> None:
+    """A bad channel setting fails at load as a ConfigError (exit 78) naming the key."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"llm:\n  api_key: x\nchannels:\n  {section}:\n    {key}: {value!r}\n")
+    with pytest.raises(ConfigError, match=rf"channels\.{section}\.{key}"):
+        load_config(path, env={})
+
+
+def test_a_missing_token_fails_at_construction(tmp_path: Path) -> None:
+    """A token that is no BotFather token is a configuration error naming the key."""
+    settings = TelegramConfig(token="", allow_from=["42"], dm_policy="allowlist")
+    with pytest.raises(ChannelConfigError, match=r"channels\.telegram\.token"):
+        TelegramChannel(Recorder(), settings, workspace=tmp_path, state_dir=tmp_path)
 
 
 async def test_run_twice_raises(fake: FakeTelegram, tmp_path: Path) -> None:
@@ -821,14 +842,13 @@ async def test_an_attachment_that_cannot_be_saved_keeps_its_caption(
 def test_webhook_mode_without_tornado_fails_at_construction(tmp_path: Path) -> None:
     """webhook_url without python-telegram-bot[webhooks] is a configuration error, said at once."""
     with pytest.raises(ChannelConfigError, match=r"webhooks"):
-        TelegramChannel(
-            Recorder(),
+        settings = TelegramConfig(
             token=TOKEN,
             allow_from=["42"],
-            workspace=tmp_path,
-            state_dir=tmp_path,
+            dm_policy="allowlist",
             webhook_url="https://bot.example.org/telegram",
         )
+        TelegramChannel(Recorder(), settings, workspace=tmp_path, state_dir=tmp_path)
 
 
 async def test_webhook_mode_serves_updates_with_the_secret(
