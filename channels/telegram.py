@@ -10,11 +10,10 @@ ones that import `telegram`; of ours they import `gateway.bus`, `memory.fileio` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
 import secrets
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -160,11 +159,9 @@ class TelegramChannel:
             self._tasks = None
             if self._inbox is not None:
                 self._inbox.close()
-            with contextlib.suppress(Exception):
-                await app.shutdown()
+            await _close_logged("shutdown", app.shutdown)
             for request in requests:
-                with contextlib.suppress(Exception):
-                    await request.shutdown()
+                await _close_logged("request shutdown", request.shutdown)
             log.info("telegram stopped")
 
     async def _start_updates(self) -> None:
@@ -191,11 +188,9 @@ class TelegramChannel:
     async def _stop_updates(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """No new updates; hand over the ones fetched; let running turns finish within the grace."""
         if app.updater is not None and app.updater.running:
-            with contextlib.suppress(Exception):
-                await app.updater.stop()
+            await _close_logged("updater stop", app.updater.stop)
         if app.running:
-            with contextlib.suppress(Exception):
-                await app.stop()
+            await _close_logged("stop", app.stop)
         if self._active:
             await asyncio.wait(set(self._active), timeout=self._grace)
         for task in self._active:
@@ -239,10 +234,9 @@ class TelegramChannel:
                 log.error("telegram cannot replay update update_id=%s error=%s", update_id, exc)
                 self._finish(update_id)
                 continue
+            # Recorded, so Telegram redelivering it is not taken a second time.
             if not self._cursor.handled(update.update_id, update_date(update)):
-                self._cursor.record(
-                    update.update_id, update_date(update)
-                )  # so Telegram redelivering it is not taken a second time
+                self._cursor.record(update.update_id, update_date(update))
             self._take(update)
         await asyncio.to_thread(self._cursor.save)
 
@@ -460,6 +454,15 @@ async def _guarded(coro: Awaitable[object]) -> None:
         await coro
     except Exception:
         log.exception("telegram task failed")
+
+
+async def _close_logged(what: str, close: Callable[[], Awaitable[object]]) -> None:
+    """A shutdown step: whatever it raises must not hide why run() ends, nor skip the steps
+    after it, so it is logged (at DEBUG: the channel is going away anyway) and passed over."""
+    try:
+        await close()
+    except Exception as exc:
+        log.debug("telegram %s failed error=%r", what, exc, exc_info=True)
 
 
 def _log_polling_error(exc: TelegramError) -> None:
