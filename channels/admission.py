@@ -169,9 +169,25 @@ class Gate:
     The decision goes to DEBUG; a refused stranger once at WARNING with what the owner must add.
     """
 
-    def __init__(self, rules: Rules) -> None:
-        self.rules = rules
+    def __init__(
+        self,
+        channel: str,
+        allow_from: Iterable[str],
+        dm_policy: str,
+        group_policy: str,
+        *,
+        pairing: bool,
+    ) -> None:
+        self._pairing = pairing
         self._refused: set[str] = set()
+        self.rules = Rules.build(channel, allow_from, dm_policy, group_policy, pairing=pairing)
+
+    def set_rules(self, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
+        """Judge the next message by these settings (a reload); AccessError leaves the old ones."""
+        channel = self.rules.channel
+        self.rules = Rules.build(
+            channel, allow_from, dm_policy, group_policy, pairing=self._pairing
+        )
 
     def judge(self, request: Request) -> Decision:
         decision = decide(self.rules, request)

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
 
-from channels.admission import Gate, Request, Rules, Verdict
+from channels.admission import Gate, Request, Verdict
 from channels.base import is_pair_command, split_message
 from channels.discord_connect import (
     NETWORK_ERRORS,
@@ -78,10 +78,12 @@ class DiscordChannel:
         self._handler = handler
         self._token = settings.token.strip()
         self._pairing = pairing
-        self.set_access(
-            allow_from=settings.allow_from,
-            dm_policy=settings.dm_policy,
-            group_policy=settings.group_policy,
+        self._gate = Gate(
+            self.name,
+            settings.allow_from,
+            settings.dm_policy,
+            settings.group_policy,
+            pairing=pairing is not None,
         )
         self._api_base = settings.api_base.rstrip("/")
         self._gateway_url = settings.gateway_url
@@ -108,10 +110,7 @@ class DiscordChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        pairing = self._pairing is not None
-        self._gate = Gate(
-            Rules.build(self.name, allow_from, dm_policy, group_policy, pairing=pairing)
-        )
+        self._gate.set_rules(allow_from, dm_policy, group_policy)
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.

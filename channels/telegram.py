@@ -25,7 +25,7 @@ from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.admission import Gate, Request, Rules, Verdict
+from channels.admission import Gate, Request, Verdict
 from channels.base import ChatCommands, is_pair_command
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
@@ -77,10 +77,12 @@ class TelegramChannel:
         self._token = token
         self._pairing = pairing
         self._commands = commands or ChatCommands()
-        self.set_access(
-            allow_from=settings.allow_from,
-            dm_policy=settings.dm_policy,
-            group_policy=settings.group_policy,
+        self._gate = Gate(
+            self.name,
+            settings.allow_from,
+            settings.dm_policy,
+            settings.group_policy,
+            pairing=pairing is not None,
         )
         self._base_file_url = settings.base_file_url or file_url(settings.base_url)
         self._workspace = Path(workspace)
@@ -99,16 +101,14 @@ class TelegramChannel:
         self._delivery = TelegramDelivery(self._running_bot)
         self._inbox: Inbox | None = None
 
-    @property
-    def connected(self) -> bool:
-        return self._connected
-
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        pairing = self._pairing is not None
-        self._gate = Gate(
-            Rules.build(self.name, allow_from, dm_policy, group_policy, pairing=pairing)
-        )
+        self._gate.set_rules(allow_from, dm_policy, group_policy)
+
+    @property
+    def connected(self) -> bool:
+        """True while updates are being received (polling or the webhook is up)."""
+        return self._connected
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:

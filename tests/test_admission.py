@@ -93,7 +93,7 @@ def test_bad_rules_name_the_key() -> None:
 
 def test_gate_logs_a_refused_stranger_once(caplog: pytest.LogCaptureFixture) -> None:
     """The gate logs each refused sender once at WARNING, with the key to add them to."""
-    gate = Gate(rules(["42"]))
+    gate = Gate("telegram", ["42"], "allowlist", "mention", pairing=False)
     with caplog.at_level(logging.DEBUG, logger="channels.admission"):
         for _ in range(3):
             assert gate.judge(Request("7", username="bob")).verdict is Verdict.REFUSE
@@ -114,3 +114,14 @@ def test_allow_list_entries_are_trimmed_and_empty_ones_dropped() -> None:
     allow = AllowList([" 42 ", "", " @Carol "])
     assert allow.is_owner("42") and allow.is_owner("9", "carol")
     assert not allow.allows("") and not allow.everyone
+
+
+def test_new_rules_apply_to_the_next_message_and_bad_ones_change_nothing() -> None:
+    """A reload's settings judge the next message; a bad reload keeps the rules in force."""
+    gate = Gate("discord", ["42"], "allowlist", "mention", pairing=False)
+    assert gate.judge(Request("7")).verdict is Verdict.REFUSE
+    gate.set_rules(["7"], "allowlist", "mention")
+    assert gate.judge(Request("7")).verdict is Verdict.ADMIT
+    with pytest.raises(AccessError, match="pairing needs the pairing store"):
+        gate.set_rules(["42"], "pairing", "mention")
+    assert gate.judge(Request("7")).verdict is Verdict.ADMIT
