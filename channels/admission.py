@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from channels.base import ChannelConfigError
 
@@ -23,6 +24,19 @@ GROUP_POLICIES = ("mention", "open", "off")
 
 class AccessError(ChannelConfigError, ValueError):
     """An access setting the channel cannot serve (an unknown policy, `open` without `"*"`)."""
+
+
+class AccessSettings(Protocol):
+    """The access keys every chat channel's config section has."""
+
+    @property
+    def allow_from(self) -> list[str]: ...
+
+    @property
+    def dm_policy(self) -> str: ...
+
+    @property
+    def group_policy(self) -> str: ...
 
 
 class Verdict(enum.Enum):
@@ -176,22 +190,40 @@ class Gate:
         dm_policy: str,
         group_policy: str,
         *,
-        pairing: bool,
+        approvals: Callable[[str, str], bool] | None = None,
     ) -> None:
-        self._pairing = pairing
+        """`approvals(channel, sender_id)` says whether pairing let a sender in; None: no pairing."""
+        self._approvals = approvals
         self._refused: set[str] = set()
+        pairing = approvals is not None
         self.rules = Rules.build(channel, allow_from, dm_policy, group_policy, pairing=pairing)
+
+    @classmethod
+    def from_settings(
+        cls, channel: str, settings: AccessSettings, approvals: Callable[[str, str], bool] | None
+    ) -> Gate:
+        """The gate of a channel's config section (its allow_from and policies)."""
+        return cls(
+            channel,
+            settings.allow_from,
+            settings.dm_policy,
+            settings.group_policy,
+            approvals=approvals,
+        )
 
     def set_rules(self, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Judge the next message by these settings (a reload); AccessError leaves the old ones."""
+        pairing = self._approvals is not None
         channel = self.rules.channel
-        self.rules = Rules.build(
-            channel, allow_from, dm_policy, group_policy, pairing=self._pairing
-        )
+        self.rules = Rules.build(channel, allow_from, dm_policy, group_policy, pairing=pairing)
 
     def judge(self, request: Request) -> Decision:
-        decision = decide(self.rules, request)
         channel = self.rules.channel
+        if not request.is_group and self._approvals is not None:
+            # Pairing opens DMs only, so only a DM asks the store (one stat of its file).
+            approved = self._approvals(channel, request.sender_id)
+            request = replace(request, approved=approved)
+        decision = decide(self.rules, request)
         log.debug(
             "admission channel=%s sender_id=%s group=%s verdict=%s reason=%s",
             channel,

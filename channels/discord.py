@@ -78,13 +78,8 @@ class DiscordChannel:
         self._handler = handler
         self._token = settings.token.strip()
         self._pairing = pairing
-        self._gate = Gate(
-            self.name,
-            settings.allow_from,
-            settings.dm_policy,
-            settings.group_policy,
-            pairing=pairing is not None,
-        )
+        approvals = pairing.is_approved if pairing is not None else None
+        self._gate = Gate.from_settings(self.name, settings, approvals)
         self._api_base = settings.api_base.rstrip("/")
         self._gateway_url = settings.gateway_url
         self._workspace = Path(workspace)
@@ -229,9 +224,6 @@ class DiscordChannel:
                 name=author.name,
                 is_group=is_group,
                 addressed=mentioned,
-                approved=not is_group
-                and self._pairing is not None
-                and self._pairing.is_approved(self.name, sender_id),
             )
         )
         if decision.verdict is Verdict.PAIR:

@@ -77,13 +77,8 @@ class TelegramChannel:
         self._token = token
         self._pairing = pairing
         self._commands = commands or ChatCommands()
-        self._gate = Gate(
-            self.name,
-            settings.allow_from,
-            settings.dm_policy,
-            settings.group_policy,
-            pairing=pairing is not None,
-        )
+        approvals = pairing.is_approved if pairing is not None else None
+        self._gate = Gate.from_settings(self.name, settings, approvals)
         self._base_file_url = settings.base_file_url or file_url(settings.base_url)
         self._workspace = Path(workspace)
         self._state_dir = Path(state_dir)
@@ -273,9 +268,6 @@ class TelegramChannel:
                 username=user.username,
                 is_group=is_group,
                 addressed=addressed,
-                approved=not is_group
-                and self._pairing is not None
-                and self._pairing.is_approved(self.name, sender_id),
                 for_another_bot=addressing.for_another_bot,
             )
         )

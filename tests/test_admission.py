@@ -93,7 +93,7 @@ def test_bad_rules_name_the_key() -> None:
 
 def test_gate_logs_a_refused_stranger_once(caplog: pytest.LogCaptureFixture) -> None:
     """The gate logs each refused sender once at WARNING, with the key to add them to."""
-    gate = Gate("telegram", ["42"], "allowlist", "mention", pairing=False)
+    gate = Gate("telegram", ["42"], "allowlist", "mention")
     with caplog.at_level(logging.DEBUG, logger="channels.admission"):
         for _ in range(3):
             assert gate.judge(Request("7", username="bob")).verdict is Verdict.REFUSE
@@ -118,10 +118,25 @@ def test_allow_list_entries_are_trimmed_and_empty_ones_dropped() -> None:
 
 def test_new_rules_apply_to_the_next_message_and_bad_ones_change_nothing() -> None:
     """A reload's settings judge the next message; a bad reload keeps the rules in force."""
-    gate = Gate("discord", ["42"], "allowlist", "mention", pairing=False)
+    gate = Gate("discord", ["42"], "allowlist", "mention")
     assert gate.judge(Request("7")).verdict is Verdict.REFUSE
     gate.set_rules(["7"], "allowlist", "mention")
     assert gate.judge(Request("7")).verdict is Verdict.ADMIT
     with pytest.raises(AccessError, match="pairing needs the pairing store"):
         gate.set_rules(["42"], "pairing", "mention")
     assert gate.judge(Request("7")).verdict is Verdict.ADMIT
+
+
+def test_gate_asks_the_pairing_store_for_dms_only() -> None:
+    """An approved stranger gets in by DM; a group never asks the store and stays closed."""
+    asked: list[tuple[str, str]] = []
+
+    def approvals(channel: str, sender_id: str) -> bool:
+        asked.append((channel, sender_id))
+        return sender_id == "7"
+
+    gate = Gate("telegram", [], "pairing", "open", approvals=approvals)
+    assert gate.judge(Request("7")).verdict is Verdict.ADMIT
+    assert gate.judge(Request("8")).verdict is Verdict.PAIR
+    assert gate.judge(Request("7", is_group=True)).verdict is Verdict.REFUSE
+    assert asked == [("telegram", "7"), ("telegram", "8")]
