@@ -84,9 +84,7 @@ def command_menu() -> tuple[tuple[str, str], ...]:
 def greeting() -> str:
     """What Telegram's `/start` answers: a hello and the menu's commands."""
     names = ", ".join(f"/{name}" for name, _ in command_menu())
-    return (
-        f"Hi! I'm your memgate assistant: just write to me. Commands: {names}; /help explains them."
-    )
+    return f"Hi! I'm your memgate assistant: just write to me, or use a command: {names}."
 
 
 @dataclass(frozen=True, slots=True)
