@@ -1,19 +1,16 @@
-"""What every channel shares: the `Channel` protocol, who gets in (`admit`) and reply splitting.
+"""What every channel shares: the `Channel` protocol, its error, its commands, reply splitting.
 
 Imports only `gateway.bus` of ours.
 """
 
 from __future__ import annotations
 
-import enum
-import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.bus import Handler, OutboundMessage
-
-log = logging.getLogger(__name__)
 
 
 class ChannelConfigError(Exception):
@@ -39,117 +36,13 @@ class Channel(Protocol):
 ChannelFactory = Callable[[Handler], Channel]
 
 
-class AllowList:
-    """Who may talk to the bot: ids or @usernames, `"*"` for everyone, empty for nobody."""
+@dataclass(frozen=True, slots=True)
+class ChatCommands:
+    """What a platform's command menu offers, (name, description) each, and the greeting for a
+    first contact (Telegram's /start); the gateway builds both from its command registry."""
 
-    def __init__(self, entries: Iterable[str]) -> None:
-        self._everyone = False
-        self._ids: set[str] = set()
-        self._names: set[str] = set()
-        for raw in entries:
-            entry = str(raw).strip()
-            if entry == "*":
-                self._everyone = True
-            elif entry.startswith("@"):
-                self._names.add(entry[1:].lower())
-            elif entry:
-                self._ids.add(entry)
-        self._refused: set[str] = set()
-
-    def allows(self, sender_id: str, username: str | None = None) -> bool:
-        return self._everyone or self.is_owner(sender_id, username)
-
-    def is_owner(self, sender_id: str, username: str | None = None) -> bool:
-        """Listed by id or @name: an owner. `"*"` lets everyone in, but only as a guest."""
-        if sender_id in self._ids:
-            return True
-        return username is not None and username.lstrip("@").lower() in self._names
-
-    def note_refused(self, channel: str, sender_id: str, username: str | None = None) -> None:
-        """Log a stranger once, with what the owner must add to `allow_from`."""
-        if sender_id in self._refused:
-            return
-        self._refused.add(sender_id)
-        log.warning(
-            "refused sender channel=%s sender_id=%s username=%s "
-            "(add the id to channels.%s.allow_from to let them in)",
-            channel,
-            sender_id,
-            username or "-",
-            channel,
-        )
-
-
-DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
-GROUP_POLICIES = ("mention", "open", "off")
-
-
-class AccessError(ChannelConfigError, ValueError):
-    """An access setting the channel cannot serve (an unknown policy, `open` without `"*"`)."""
-
-
-class Verdict(enum.Enum):
-    """What a channel does with one incoming message."""
-
-    ADMIT = "admit"  # hand it to the agent
-    IGNORE = "ignore"  # drop it silently (not for us, or DMs are off)
-    REFUSE = "refuse"  # drop it and log the stranger once
-    PAIR = "pair"  # a stranger's DM: answer with a pairing code, store nothing
-
-
-def check_access(
-    channel: str, allow_from: Iterable[str], dm_policy: str, group_policy: str, *, pairing: bool
-) -> None:
-    """Raise AccessError naming the key when these settings cannot be served."""
-    if dm_policy not in DM_POLICIES:
-        raise AccessError(
-            f"channels.{channel}.dm_policy: {dm_policy!r} is not one of {', '.join(DM_POLICIES)}"
-        )
-    if group_policy not in GROUP_POLICIES:
-        raise AccessError(
-            f"channels.{channel}.group_policy: {group_policy!r} is not one of "
-            f"{', '.join(GROUP_POLICIES)}"
-        )
-    if dm_policy == "open" and "*" not in {str(entry).strip() for entry in allow_from}:
-        raise AccessError(
-            f'channels.{channel}.dm_policy: open lets anyone in, so it needs allow_from: ["*"]'
-        )
-    if dm_policy == "pairing" and not pairing:
-        raise AccessError(f"channels.{channel}.dm_policy: pairing needs the pairing store")
-
-
-def admit(
-    *,
-    is_group: bool,
-    dm_policy: str,
-    group_policy: str,
-    listed: bool,
-    approved: bool,
-    addressed: bool,
-    for_another_bot: bool = False,
-) -> Verdict:
-    """The one admission rule every channel applies, on plain values.
-
-    `listed`: in allow_from (an owner, or anyone through `"*"`); `approved`: let in by pairing,
-    which opens DMs only, never a group. The group policy comes first, so only strangers who
-    address the bot are logged, not everyone chatting in a group it sits in.
-    """
-    if is_group:
-        if (
-            for_another_bot
-            or group_policy == "off"
-            or (group_policy == "mention" and not addressed)
-        ):
-            return Verdict.IGNORE
-        return Verdict.ADMIT if listed else Verdict.REFUSE
-    if dm_policy == "disabled":
-        return Verdict.IGNORE
-    if listed or dm_policy == "open":
-        return Verdict.ADMIT
-    if approved:
-        # Approvals outlive a switch from pairing to allowlist: it stops new codes, not old guests.
-        return Verdict.ADMIT
-    return Verdict.PAIR if dm_policy == "pairing" else Verdict.REFUSE
+    menu: tuple[tuple[str, str], ...] = ()
+    greeting: str = ""
 
 
 def is_pair_command(text: str) -> bool:
@@ -157,17 +50,13 @@ def is_pair_command(text: str) -> bool:
     return text.split(maxsplit=1)[:1] == ["/pair"]
 
 
-_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+# A fence line: its marker and the info string after it (CommonMark).
+FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
 
 
 def text_length(text: str) -> int:
     """Length in Python characters (Discord counts these)."""
     return len(text)
-
-
-def utf16_length(text: str) -> int:
-    """Length in UTF-16 code units (Telegram counts these)."""
-    return len(text.encode("utf-16-le", errors="surrogatepass")) // 2
 
 
 def split_message(text: str, limit: int, measure: Callable[[str], int] = text_length) -> list[str]:
@@ -233,7 +122,7 @@ def _open_fence(text: str) -> tuple[str, str] | None:
     """The (fence, info) of a code block left open at the end of `text`, else None."""
     open_fence: tuple[str, str] | None = None
     for line in text.split("\n"):
-        match = _FENCE.match(line)
+        match = FENCE.match(line)
         if not match:
             continue
         marker, info = match.group(1), match.group(2).strip()

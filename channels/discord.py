@@ -1,9 +1,9 @@
 """The Discord adapter: discord.py's gateway client turned into `InboundMessage`s, replies sent back.
 
-The only module that imports `discord`; of ours it imports `gateway.bus`, `memory.fileio` and
-the channels' own helpers. With a `state_dir`, every accepted message is journaled in an inbox on
-arrival, before it waits for its turn, and finished once handled: a message a stop or a kill left
-unanswered is answered at the next start (the agent recognises one it already stored).
+With a `state_dir`, every accepted message is journaled in an inbox on arrival, before it waits for
+its turn, and finished once handled: a message a stop or a kill left unanswered is answered at the
+next start (the agent recognises one it already stored). The `channels/discord*.py` modules are the
+only ones that import `discord`; of ours they import `gateway.bus`, `memory.fileio` and `channels`.
 """
 
 from __future__ import annotations
@@ -11,60 +11,47 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
-import warnings
 from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
-import yarl
 
-from channels.base import (
-    GROUP_POLICIES,
-    AllowList,
-    ChannelConfigError,
-    Verdict,
-    admit,
-    check_access,
-    is_pair_command,
-    split_message,
+from channels.admission import Gate, Request, Verdict
+from channels.base import is_pair_command, split_message
+from channels.discord_connect import (
+    NETWORK_ERRORS,
+    Client,
+    DiscordChannelError,
+    discord,
+    intents,
+    point_library_at,
 )
-from channels.inbox import Inbox, Json
+from channels.discord_messages import (
+    attachment_kind,
+    clean_content,
+    inbound_from,
+    inbox_record,
+    keep_typing,
+    mentions,
+)
+from channels.inbox import Inbox, Json, settle
+from channels.media_names import safe_name
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
+from gateway.config import DiscordConfig
 from memory.fileio import atomic_write
-
-with warnings.catch_warnings():
-    # discord.py imports the stdlib `audioop` for voice, which memgate never uses; Python 3.11 and
-    # 3.12 warn that it is deprecated, and the test suite turns warnings into errors.
-    warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
-    import discord
-    from discord.gateway import DiscordWebSocket
-    from discord.http import Route
 
 log = logging.getLogger(__name__)
 
-# memgate has no voice support to miss; without this every start logs two warnings about it.
-discord.VoiceClient.warn_nacl = False
-discord.VoiceClient.warn_dave = False
-
 MESSAGE_LIMIT = 2000  # characters per Discord message
 
-_DISCORD_GATEWAY = DiscordWebSocket.DEFAULT_GATEWAY  # captured before anyone points it elsewhere
-_TYPING_EVERY = 8.0  # Discord shows "typing…" for about 10 s per request
 _LOGIN_TIMEOUT = 30.0
 _DOWNLOAD_TIMEOUT = 60.0
 _SEND_TIMEOUT = 90.0  # above max_ratelimit_timeout, so a honoured 429 does not count as a failure
 _MAX_RATELIMIT_WAIT = 60.0  # a longer retry_after fails the send instead of stalling the reply
 _LOGIN_BACKOFF = (1.0, 60.0)  # first and largest delay between login attempts
 _ACCEPTED_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-_NETWORK_ERRORS = (discord.DiscordException, OSError, aiohttp.ClientError, TimeoutError)
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-class DiscordChannelError(ChannelConfigError):
-    """Discord refuses to serve this bot (bad token, intent not enabled); retrying will not help."""
 
 
 class DiscordChannel:
@@ -75,45 +62,31 @@ class DiscordChannel:
     def __init__(
         self,
         handler: Handler,
+        settings: DiscordConfig,
         *,
-        token: str,
-        allow_from: Iterable[str],
-        group_policy: str = "mention",
-        dm_policy: str = "allowlist",
-        pairing: PairingStore | None = None,
-        api_base: str = "https://discord.com/api/v10",
-        gateway_url: str | None = None,
         workspace: Path,
+        state_dir: Path | None = None,
+        pairing: PairingStore | None = None,
+        shutdown_grace: float = 0.0,
         guild_ready_timeout: float = 2.0,
         max_media_bytes: int = 25 * 1024 * 1024,
-        shutdown_grace: float = 0.0,
-        state_dir: Path | None = None,
     ) -> None:
-        if not token or not token.strip():
-            raise ValueError("channels.discord.token must not be empty")
-        if group_policy not in GROUP_POLICIES:
-            raise ValueError(
-                f"channels.discord.group_policy must be one of {', '.join(GROUP_POLICIES)}, "
-                f"got {group_policy!r}"
-            )
-        if not api_base.startswith(("http://", "https://")):
-            raise ValueError(f"channels.discord.api_base must be an http(s) URL, got {api_base!r}")
-        if gateway_url is not None and not gateway_url.startswith(("ws://", "wss://")):
-            raise ValueError(
-                f"channels.discord.gateway_url must be a ws(s) URL, got {gateway_url!r}"
-            )
+        """`settings` come validated (URLs); the token, whose variable commands such as
+        `memgate init` may leave unset, is checked here."""
+        if not settings.token.strip():
+            raise DiscordChannelError("channels.discord.token: must not be empty")
         self._handler = handler
-        self._token = token.strip()
+        self._token = settings.token.strip()
         self._pairing = pairing
-        # Ids only: Discord usernames can be given up and claimed by someone else.
-        self.set_access(allow_from=allow_from, dm_policy=dm_policy, group_policy=group_policy)
-        self._api_base = api_base.rstrip("/")
-        self._gateway_url = gateway_url
+        approvals = pairing.is_approved if pairing is not None else None
+        self._gate = Gate.from_settings(self.name, settings, approvals)
+        self._api_base = settings.api_base.rstrip("/")
+        self._gateway_url = settings.gateway_url
         self._workspace = Path(workspace)
         self._guild_ready_timeout = guild_ready_timeout
         self._max_media_bytes = max_media_bytes
         self._shutdown_grace = shutdown_grace
-        self._client: _Client | None = None
+        self._client: Client | None = None
         self._started = False
         self._connected = False
         self._inflight: set[asyncio.Task[None]] = set()
@@ -122,7 +95,8 @@ class DiscordChannel:
         self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
-        return f"<DiscordChannel group_policy={self._group_policy} connected={self._connected}>"
+        policy = self._gate.rules.group_policy
+        return f"<DiscordChannel group_policy={policy} connected={self._connected}>"
 
     @property
     def connected(self) -> bool:
@@ -131,11 +105,7 @@ class DiscordChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        allow_from = list(allow_from)
-        check_access(self.name, allow_from, dm_policy, group_policy, pairing=bool(self._pairing))
-        self._allow = AllowList(allow_from)
-        self._dm_policy = dm_policy
-        self._group_policy = group_policy
+        self._gate.set_rules(allow_from, dm_policy, group_policy)
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
@@ -146,7 +116,7 @@ class DiscordChannel:
         if self._started:
             raise RuntimeError("DiscordChannel.run() was already started")
         self._started = True
-        _point_library_at(self._api_base, self._gateway_url)
+        point_library_at(self._api_base, self._gateway_url)
         try:
             client = await self._login()
             for record in await asyncio.to_thread(self._open_inbox, client):
@@ -213,7 +183,7 @@ class DiscordChannel:
                     # Only the first piece answers the message; the rest follow it.
                     options: dict[str, Any] = {"reference": reference} if index == 0 else {}
                     await channel.send(piece, **options)
-            except _NETWORK_ERRORS as exc:
+            except NETWORK_ERRORS as exc:
                 # Stop here: the rest of a reply without its middle would mislead.
                 log.error(
                     "discord send failed chat_id=%s piece=%d/%d error=%r",
@@ -225,19 +195,15 @@ class DiscordChannel:
                 return False
         return True
 
-    # -- gateway events (called by _Client) --------------------------------------------------------
+    # -- gateway events (called by the client) --------------------------------------------------------
 
-    def _on_connected(self, connected: bool, event: str) -> None:
+    def on_connected(self, connected: bool, event: str) -> None:
         self._connected = connected
         user = self._client.user if self._client else None
         log.info("discord %s bot_id=%s", event, user.id if user else "-")
 
-    def _accept(self, message: discord.Message) -> None:
-        """Decide without awaiting whether a message is ours; start a task for each one that is.
-
-        The group policy comes before the allow-list so that only strangers who address the bot
-        are logged, not everyone chatting in a server it sits in.
-        """
+    def on_message(self, message: discord.Message) -> None:
+        """Decide without awaiting whether a message is ours; start a task for each one that is."""
         me = self._client.user if self._client else None
         author = message.author
         if (
@@ -248,34 +214,32 @@ class DiscordChannel:
             or message.type not in _ACCEPTED_TYPES
         ):
             return
-        mentioned = _mentions(message, me.id)
+        mentioned = mentions(message, me.id)
         sender_id = str(author.id)
         is_group = message.guild is not None
-        verdict = admit(
-            is_group=is_group,
-            dm_policy=self._dm_policy,
-            group_policy=self._group_policy,
-            listed=self._allow.allows(sender_id),
-            approved=not is_group
-            and self._pairing is not None
-            and self._pairing.is_approved(self.name, sender_id),
-            addressed=mentioned,
+        # Ids only: Discord usernames can be given up and claimed by someone else.
+        decision = self._gate.judge(
+            Request(
+                sender_id,
+                name=author.name,
+                is_group=is_group,
+                addressed=mentioned,
+            )
         )
-        if verdict is Verdict.REFUSE:
-            self._allow.note_refused(self.name, sender_id, author.name)
-        if verdict is Verdict.PAIR:
+        if decision.verdict is Verdict.PAIR:
             self._answer_stranger(message)
-        if verdict is not Verdict.ADMIT:
+        if decision.verdict is not Verdict.ADMIT:
             return
-        text = _clean_content(message, me.id)
+        text = clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
         if not is_group and is_pair_command(text) and self._pairing is not None:
-            owner = self._allow.is_owner(sender_id)
-            self._track(self._answer_pair(message, owner, text), f"discord pair {message.id}")
+            self._track(
+                self._answer_pair(message, decision.owner, text), f"discord pair {message.id}"
+            )
             return
         if self._inbox is not None:
-            self._inbox.append(_record(message, text, mentioned))
+            self._inbox.append(inbox_record(message, text, mentioned))
         # Each message in its own task, so `/stop` can arrive while a turn is running.
         self._track(self._handle(message, text, mentioned), f"discord {message.id}")
 
@@ -321,20 +285,10 @@ class DiscordChannel:
     async def _handle(self, message: discord.Message, text: str, mentioned: bool) -> None:
         chat_id = str(message.channel.id)
         async with asyncio.TaskGroup() as group:
-            typing = group.create_task(_keep_typing(message.channel))
+            typing = group.create_task(keep_typing(message.channel))
             reply = await self._call_handler(message, text, mentioned)
             typing.cancel()
-        if reply is None or reply.on_sent is None:
-            # Nothing stored to send again (a command's answer, an apology): finished before the
-            # send, so a kill never makes a replay run a command such as /new twice.
-            self._finish(message.id)
-        if reply is not None:
-            await self._send_pieces(reply)
-        # Finished at once when the reply is out (a kill keeps a written line), then the reply
-        # is marked delivered: a kill between the two costs no repeat.
-        self._finish(message.id)
-        if reply is not None:
-            await reply.sent()
+        await settle(reply, lambda: self._finish(message.id), self._send_pieces)
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -346,27 +300,21 @@ class DiscordChannel:
     async def _call_handler(
         self, message: discord.Message, text: str, mentioned: bool
     ) -> OutboundMessage | None:
-        """Build the inbound message and run the handler; errors are logged, not raised."""
-        try:
-            text, media = await self._with_attachments(message, text)
-            inbound = InboundMessage(
-                channel=self.name,
-                chat_id=str(message.channel.id),  # DM channel, guild channel or thread
-                sender_id=str(message.author.id),
-                text=text,
-                sender_name=message.author.display_name,
-                media=media,
-                is_group=message.guild is not None,
-                sender_is_owner=self._allow.is_owner(str(message.author.id)),
-                mentioned=mentioned,
-                message_id=str(message.id),
-            )
-            return await self._handler(inbound)
-        except Exception:
-            log.exception(
-                "discord handler failed chat_id=%s message_id=%s", message.channel.id, message.id
-            )
-            return None
+        """Build the inbound message and run the handler (which answers its own errors)."""
+        text, media = await self._with_attachments(message, text)
+        inbound = InboundMessage(
+            channel=self.name,
+            chat_id=str(message.channel.id),  # DM channel, guild channel or thread
+            sender_id=str(message.author.id),
+            text=text,
+            sender_name=message.author.display_name,
+            media=media,
+            is_group=message.guild is not None,
+            sender_is_owner=self._gate.is_owner(str(message.author.id)),
+            mentioned=mentioned,
+            message_id=str(message.id),
+        )
+        return await self._handler(inbound)
 
     async def _with_attachments(
         self, message: discord.Message, text: str
@@ -375,7 +323,7 @@ class DiscordChannel:
         lines = [text] if text else []
         media: list[str] = []
         for attachment in message.attachments:
-            kind = _attachment_kind(attachment.content_type)
+            kind = attachment_kind(attachment.content_type)
             path = await self._save(message, attachment)
             if path is None:
                 lines.append(f"[{kind}: {attachment.filename} (not downloaded)]")
@@ -397,7 +345,7 @@ class DiscordChannel:
         try:
             async with asyncio.timeout(_DOWNLOAD_TIMEOUT):
                 data = await attachment.read()
-        except _NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:
             log.warning(
                 "discord attachment download failed message_id=%s error=%r", message.id, exc
             )
@@ -406,7 +354,9 @@ class DiscordChannel:
             return None
         # One folder per chat: a chat's scope reaches its own attachments and no one else's.
         folder = media_folder(self.name, str(message.channel.id))
-        relative = f"{folder}/{message.id}-{attachment.id}-{_safe_name(attachment.filename)}"
+        relative = (
+            f"{folder}/{message.id}-{attachment.id}-{safe_name(attachment.filename) or 'file'}"
+        )
         try:
             await asyncio.to_thread(atomic_write, self._workspace / relative, data)
         except OSError as exc:
@@ -416,18 +366,13 @@ class DiscordChannel:
 
     # -- the inbox -----------------------------------------------------------------------------------
 
-    def _open_inbox(self, client: _Client) -> list[Json]:
+    def _open_inbox(self, client: Client) -> list[Json]:
         """Open this bot's inbox (blocking); the messages left unanswered last time, oldest first."""
         if self._state_dir is None or client.user is None:
             return []
         path = self._state_dir / f"discord-{client.user.id}-inbox.jsonl"
         self._inbox = Inbox(path, id_field="message_id", label="discord")
-        try:
-            pending = self._inbox.open()
-        except OSError as exc:
-            log.error("discord inbox unavailable path=%s error=%s", path, exc)
-            self._inbox = None
-            return []
+        pending = self._inbox.open_or_log()
         if pending:
             log.info("discord answering messages left from the last run count=%d", len(pending))
         return pending
@@ -439,38 +384,27 @@ class DiscordChannel:
     async def _replay(self, record: Json) -> None:
         """Answer a journaled message as if it had just arrived (its files are only named)."""
         try:
-            inbound = _inbound_from(record)
+            inbound = inbound_from(record)
         except (KeyError, TypeError, ValueError):
             log.warning(
                 "discord inbox entry unreadable, dropped entry=%s", record.get("message_id")
             )
             self._finish(int(record.get("message_id", 0)))
             return
-        try:
-            reply = await self._handler(inbound)
-        except Exception:
-            log.exception(
-                "discord handler failed on a replayed message chat_id=%s", inbound.chat_id
-            )
-            reply = None
-        if reply is None or reply.on_sent is None:
-            self._finish(int(record["message_id"]))  # as in _handle: no command runs twice
-        if reply is not None:
-            await self._send_pieces(reply)
-        self._finish(int(record["message_id"]))
-        if reply is not None:
-            await reply.sent()
+        reply = await self._handler(inbound)
+        message_id = int(record["message_id"])
+        await settle(reply, lambda: self._finish(message_id), self._send_pieces)
 
-    async def _login(self) -> _Client:
+    async def _login(self) -> Client:
         """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.
 
         Each attempt gets a fresh client: a discord.py client whose login failed cannot log in again.
         """
         attempt = 0
         while True:
-            client = self._client = _Client(
+            client = self._client = Client(
                 self,
-                intents=_intents(),
+                intents=intents(),
                 guild_ready_timeout=self._guild_ready_timeout,
                 chunk_guilds_at_startup=False,
                 max_ratelimit_timeout=_MAX_RATELIMIT_WAIT,
@@ -523,153 +457,3 @@ class DiscordChannel:
                 await self._client.close()
         except TimeoutError:
             log.warning("discord client did not close within 10s")
-
-
-class _Client(discord.Client):
-    """discord.py's client with its events forwarded to the channel."""
-
-    def __init__(self, channel: DiscordChannel, **options: object) -> None:
-        super().__init__(**options)  # type: ignore[arg-type]
-        self._channel = channel
-
-    async def on_ready(self) -> None:
-        self._channel._on_connected(True, "ready")
-
-    async def on_resumed(self) -> None:
-        self._channel._on_connected(True, "resumed")
-
-    async def on_disconnect(self) -> None:
-        self._channel._on_connected(False, "disconnected")
-
-    async def on_message(self, message: discord.Message) -> None:
-        self._channel._accept(message)
-
-
-def _point_library_at(api_base: str, gateway_url: str | None) -> None:
-    """Aim discord.py's REST calls and gateway connection at the configured endpoints.
-
-    Both are class attributes in discord.py, so this is process-wide: every client in the process
-    uses the values set last. memgate runs one Discord client per process, and tests run them one
-    after another, each setting both values before it logs in.
-    """
-    Route.BASE = api_base
-    DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url) if gateway_url else _DISCORD_GATEWAY
-
-
-def _intents() -> discord.Intents:
-    intents = discord.Intents.none()
-    intents.guilds = True  # the guild, channel and thread cache
-    intents.guild_messages = True
-    intents.dm_messages = True
-    intents.message_content = True  # privileged: switched on per bot in the Developer Portal
-    return intents
-
-
-def _mentions(message: discord.Message, me_id: int) -> bool:
-    """True if the message mentions the bot, its role, or replies to one of its messages."""
-    if me_id in message.raw_mentions or any(user.id == me_id for user in message.mentions):
-        return True
-    role = message.guild.self_role if message.guild is not None else None
-    if role is not None and role.id in message.raw_role_mentions:
-        return True
-    resolved = message.reference.resolved if message.reference is not None else None
-    return isinstance(resolved, discord.Message) and resolved.author.id == me_id
-
-
-def _clean_content(message: discord.Message, me_id: int) -> str:
-    """The content with the bot's own mentions removed and other users' shown by name."""
-    text = re.sub(rf"<@!?{me_id}>\s?", "", message.content)
-    role = message.guild.self_role if message.guild is not None else None
-    if role is not None:
-        text = re.sub(rf"<@&{role.id}>\s?", "", text)
-    for user in message.mentions:
-        if user.id != me_id:
-            name = f"@{user.display_name}"
-            text = text.replace(f"<@{user.id}>", name).replace(f"<@!{user.id}>", name)
-    return text.strip()
-
-
-async def _keep_typing(channel: discord.abc.Messageable) -> None:
-    """Show the typing indicator until cancelled; a failure only costs the indicator."""
-    while True:
-        try:
-            async with asyncio.timeout(_TYPING_EVERY):
-                await channel.typing()
-        except _NETWORK_ERRORS as exc:
-            log.debug("discord typing failed error=%r", exc)
-        await asyncio.sleep(_TYPING_EVERY)
-
-
-def _record(message: discord.Message, text: str, mentioned: bool) -> Json:
-    """What the inbox keeps of a message: enough to answer it after a restart."""
-    return {
-        "message_id": message.id,
-        "chat_id": str(message.channel.id),
-        "sender_id": str(message.author.id),
-        "sender_name": message.author.display_name,
-        "text": text,
-        "group": message.guild is not None,
-        "mentioned": mentioned,
-        "attachments": [[a.filename, a.content_type] for a in message.attachments],
-    }
-
-
-def _inbound_from(record: Json) -> InboundMessage:
-    """The inbound message of a journaled record; attachments are named, not downloaded again."""
-    lines = [str(record["text"])] if record["text"] else []
-    for filename, content_type in record.get("attachments", []):
-        kind = _attachment_kind(content_type)
-        lines.append(f"[{kind}: {filename} (not downloaded: received before a restart)]")
-    return InboundMessage(
-        channel=DiscordChannel.name,
-        chat_id=str(record["chat_id"]),
-        sender_id=str(record["sender_id"]),
-        text="\n".join(lines),
-        sender_name=str(record.get("sender_name") or ""),
-        is_group=bool(record.get("group")),
-        mentioned=bool(record.get("mentioned")),
-        message_id=str(record["message_id"]),
-    )
-
-
-def _attachment_kind(content_type: str | None) -> str:
-    major = (content_type or "").split("/", 1)[0]
-    return major if major in ("image", "audio", "video") else "file"
-
-
-def _safe_name(filename: str) -> str:
-    """A file name that cannot climb out of media/ or surprise a shell."""
-    name = _UNSAFE_NAME.sub("_", filename).strip("._")[-80:]
-    return name or "file"
-
-
-_PROBE_TIMEOUT = 15.0  # seconds for `memgate doctor`'s whole check
-
-
-async def probe_discord(*, token: str, api_base: str) -> str:
-    """`memgate doctor`: log in over REST and read the application's intent flags, in one line.
-
-    Raises DiscordChannelError when the token is refused or MESSAGE CONTENT is not enabled.
-    """
-    _point_library_at(api_base, None)
-    client = discord.Client(intents=_intents())
-    try:
-        async with asyncio.timeout(_PROBE_TIMEOUT):
-            await client.login(token)
-            info = await client.application_info()
-    except discord.LoginFailure:
-        raise DiscordChannelError(
-            "Discord rejected the bot token (channels.discord.token)"
-        ) from None
-    except (OSError, aiohttp.ClientError, TimeoutError, discord.HTTPException) as exc:
-        raise DiscordChannelError(f"Discord API not reachable ({type(exc).__name__})") from None
-    finally:
-        await client.close()
-    flags = info.flags
-    if not (flags.gateway_message_content or flags.gateway_message_content_limited):
-        raise DiscordChannelError(
-            "the MESSAGE CONTENT intent is off: enable it in the Developer Portal "
-            "(Bot → Privileged Gateway Intents)"
-        )
-    user = client.user
-    return f"logged in as {user.name if user else info.name}, MESSAGE CONTENT intent on"

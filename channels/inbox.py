@@ -1,7 +1,7 @@
 """A channel's inbox: a write-ahead journal of received messages, so that a process killed between
 receiving a message and answering it loses nothing (Telegram's updates, Discord's messages).
 
-It imports no chat SDK, and of ours only memory.fileio.
+It imports no chat SDK, and of ours only memory.fileio and gateway.bus.
 
 The file holds one JSON object per line, each appended with a single `os.write` on an O_APPEND
 descriptor: `{"update": {...}}` when an entry arrives (a JSON object whose `id_field` is an integer
@@ -24,14 +24,17 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from gateway.bus import OutboundMessage
 from memory.fileio import FILE_MODE, atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
+Send = Callable[[OutboundMessage], Awaitable[object]]
 TRUNCATE_AT = 1 << 20  # bytes: a journal this large is emptied whenever nothing is pending
 
 
@@ -63,6 +66,15 @@ class Inbox:
         self._size = os.fstat(self._fd).st_size
         self._pending = {int(update[self.id_field]) for update in kept}
         return kept
+
+    def open_or_log(self) -> list[Json]:
+        """`open()`, or no entries and an error logged when the file cannot be opened: serving
+        without the journal beats not serving (a kill may then lose the messages in flight)."""
+        try:
+            return self.open()
+        except OSError as exc:
+            log.error("%s inbox unavailable path=%s error=%s", self.label, self.path, exc)
+            return []
 
     def close(self) -> None:
         if self._fd is not None:
@@ -171,3 +183,22 @@ class Inbox:
             return
         lines = [json.dumps({"update": update}, separators=(",", ":")) + "\n" for update in kept]
         atomic_write(self.path, "".join(lines))
+
+
+async def settle(reply: OutboundMessage | None, finish: Callable[[], None], send: Send) -> None:
+    """Send a turn's reply and finish its inbox entry, in the order that neither loses a message
+    nor repeats a command after a kill.
+
+    A reply with nothing stored to send again (a command's answer, an apology) finishes the entry
+    before the send, so a replay never runs a command such as /new twice. Otherwise the entry is
+    finished at once when the reply is out (a kill keeps a written line), then the reply is marked
+    delivered: a kill before the finish replays the message, and the agent sends the stored answer
+    again unless it was marked delivered.
+    """
+    if reply is None or reply.on_sent is None:
+        finish()
+    if reply is not None:
+        await send(reply)
+    finish()
+    if reply is not None:
+        await reply.sent()

@@ -9,12 +9,12 @@ import html
 import re
 from dataclasses import dataclass
 
-from channels.base import split_message, utf16_length
+from channels.base import FENCE, split_message
+from channels.utf16 import utf16_length
 
 TELEGRAM_LIMIT = 4096  # UTF-16 code units per message
 
-# Same fence rule as channels.base.split_message, so a piece it closes and reopens renders whole.
-_FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")
+# FENCE is split_message's own rule, so a piece it closes and reopens renders whole.
 _LANG_WORD = re.compile(r"[\w+#.-]{1,32}")
 _LONG_FENCE = re.compile(r"(?m)^(\s*)(`{17,}|~{17,})")
 _LONG_INFO = re.compile(r"(?m)^(\s*(?:```+|~~~+))([^`\n]{64,})$")
@@ -97,7 +97,7 @@ def render_html(text: str) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        fence = _FENCE.match(line)
+        fence = FENCE.match(line)
         # CommonMark: "```x```" on one line is inline code, not a fence (info can't hold a `).
         if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
             flush()
@@ -148,7 +148,7 @@ def render_html(text: str) -> str:
 
 
 def _closes(line: str, marker: str) -> bool:
-    match = _FENCE.match(line)
+    match = FENCE.match(line)
     return bool(
         match
         and match.group(1)[0] == marker[0]

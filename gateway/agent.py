@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import COMMANDS, HELP_TEXT, command_args, format_size, parse_command
+from gateway.commands import AGENT_COMMANDS, HELP_TEXT, command_args, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
 from gateway.errors import LLMError, describe_errors, leaf_errors
@@ -239,7 +239,7 @@ class AgentLoop:
 
     async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
         command = parse_command(message.text)
-        if command is not None and command.name in COMMANDS:
+        if command is not None and command.name in AGENT_COMMANDS:
             return await self._command(command.name, message)
         if command is not None:
             return f"Unknown command /{command.name}.\n\n{HELP_TEXT}"

@@ -29,11 +29,26 @@ def http_url(value: str) -> str:
     return value
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """`127.0.0.1:8765` → ("127.0.0.1", 8765), `[::1]:8765` → ("::1", 8765); a ValueError saying
+    what is wrong for anything else (no host, no port, a port outside 1..65535)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be host:port, e.g. 127.0.0.1:8765")
+    return host.strip("[]"), int(port)
+
+
 def host_port(value: str) -> str:
     """`host:port` with a port in 1..65535, or a ValueError saying what is wrong."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("must be host:port, e.g. 127.0.0.1:8765")
+    parse_listen(value)
+    return value
+
+
+def ws_url(value: str) -> str:
+    """A ws(s) URL with a host, or a ValueError saying what is wrong."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError("must be a ws:// or wss:// URL, e.g. wss://gateway.discord.gg")
     return value
 
 
@@ -205,12 +220,37 @@ class TelegramConfig(ChatChannelConfig):
     webhook_secret: str | None = None
     """Secret Telegram sends back with each update; null: a random one at every start."""
 
+    @field_validator("base_url", "base_file_url", "webhook_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value)
+
+    @field_validator("webhook_listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        return host_port(value)
+
+    @property
+    def webhook_address(self) -> tuple[str, int]:
+        """`webhook_listen` as the (host, port) to bind."""
+        return parse_listen(self.webhook_listen)
+
 
 class DiscordConfig(ChatChannelConfig):
     api_base: str = "https://discord.com/api/v10"
     """Discord REST API URL; change only for a proxy."""
     gateway_url: str | None = None
     """Gateway websocket URL; null: the one Discord hands out."""
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return http_url(value)
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _ws_url(cls, value: str | None) -> str | None:
+        return None if value is None else ws_url(value)
 
 
 class ChannelsConfig(_Section):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from channels.base import ChannelConfigError
-from channels.discord import probe_discord
-from channels.telegram import probe_telegram
+from channels.discord_connect import probe_discord
+from channels.telegram_connect import probe_telegram
 from gateway.config import Config, McpServerConfig
 from gateway.config_file import require_api_key
 from gateway.control import request, socket_path

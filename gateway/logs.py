@@ -1,8 +1,8 @@
-"""Logging setup for the CLI: one format, and redaction of every secret memgate knows of.
+"""Logging setup for the CLI: one format, and one filter that redacts every secret memgate knows of.
 
 python-telegram-bot and httpx put the bot token in the request URLs they log; rather than trust
-each library, the formatter scrubs known secrets and anything shaped like a bot token from every
-line, tracebacks included.
+each library, `RedactingFilter` scrubs the configured secrets (bot tokens, the webhook secret, API
+keys) and anything shaped like a bot token from every record, tracebacks included, as `***`.
 """
 
 from __future__ import annotations
@@ -18,17 +18,7 @@ _BOT_TOKEN = re.compile(r"(?<!\d)\d{6,12}(?::|%3[Aa])[A-Za-z0-9_-]{30,}")
 _KEY_LIKE = re.compile(r"\b(?:sk|key|gsk|xai)-[A-Za-z0-9_*\-]{6,}")
 # Noisy libraries that log request URLs at INFO.
 _QUIET = ("httpx", "httpx2", "httpcore", "telegram", "telegram.ext", "discord", "openai", "aiohttp")
-
-
-class RedactingFormatter(logging.Formatter):
-    """Formats as usual, then replaces secrets with `***`."""
-
-    def __init__(self, fmt: str, secrets: Iterable[str] = ()) -> None:
-        super().__init__(fmt)
-        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
-
-    def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record), self.secrets)
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -40,12 +30,37 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return _KEY_LIKE.sub("***", _BOT_TOKEN.sub("***", text))
 
 
+class RedactingFilter(logging.Filter):
+    """Rewrites each record it passes with its secrets redacted: the message, its arguments
+    merged in, and the traceback text. On a handler it sees every record the handler writes."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        # Longest first, so a secret containing another is replaced whole.
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True  # a malformed record: logging reports it when it formats the line
+        clean = redact(message, self.secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
+        return True
+
+
 def configure_logging(level: str, secrets: Iterable[str] = ()) -> None:
     """Send logs to stderr (journald picks them up under systemd), secrets redacted."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets)
-    )
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.addFilter(RedactingFilter(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

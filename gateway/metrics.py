@@ -16,6 +16,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.config import parse_listen
+
 log = logging.getLogger(__name__)
 
 
@@ -98,12 +100,6 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`127.0.0.1:8765` → ("127.0.0.1", 8765); `[::1]:8765` works too."""
-    host, _, port = value.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def health_server(

@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from channels.base import Channel
+from channels.base import Channel, ChatCommands
 from channels.discord import DiscordChannel
 from channels.pairing import PairingStore
 from channels.telegram import TelegramChannel
 from gateway.access import reload_access
 from gateway.app import Runtime, open_runtime
 from gateway.bus import OutboundMessage
+from gateway.commands import command_menu, greeting
 from gateway.config import Config
 from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError, unwrap_group
@@ -37,17 +38,15 @@ log = logging.getLogger(__name__)
 def build_channels(
     config: Config, runtime: Runtime, pairing: PairingStore | None = None
 ) -> list[TelegramChannel | DiscordChannel]:
-    """The enabled channels, each handing its messages to the agent.
-
-    A channel's config keys are its constructor's keyword arguments, so a key added to a section
-    reaches the channel without more wiring here.
-    """
+    """The enabled channels, each handing its messages to the agent; each takes its own config
+    section, validated when the config was loaded."""
     handler = runtime.agent.handle
     shared: dict[str, Any] = {
         "workspace": config.workspace,
         "shutdown_grace": config.shutdown_grace,
         # Approved senders and pending codes, shared with `memgate pairing` through the file.
         "pairing": pairing or PairingStore(config.state_dir),
+        "state_dir": config.state_dir,
     }
     telegram, discord = config.channels.telegram, config.channels.discord
     for name, section in (("telegram", telegram), ("discord", discord)):
@@ -65,11 +64,10 @@ def build_channels(
             )
     channels: list[TelegramChannel | DiscordChannel] = []
     if telegram.enabled:
-        settings = telegram.model_dump(exclude={"enabled"})
-        channels.append(TelegramChannel(handler, **settings, **shared, state_dir=config.state_dir))
+        commands = ChatCommands(command_menu(), greeting())
+        channels.append(TelegramChannel(handler, telegram, **shared, commands=commands))
     if discord.enabled:
-        settings = discord.model_dump(exclude={"enabled"})
-        channels.append(DiscordChannel(handler, **settings, **shared, state_dir=config.state_dir))
+        channels.append(DiscordChannel(handler, discord, **shared))
     return channels
 
 

@@ -6,11 +6,21 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Third-party SDKs and heavy libraries, each owned by exactly one module.
-OWNERS = {
+# Third-party SDKs and heavy libraries, each owned by exactly one module, or by the declared
+# modules of one adapter (each chat SDK: that adapter's parts).
+TELEGRAM_ADAPTER = (
+    "channels/telegram.py",
+    "channels/telegram_connect.py",
+    "channels/telegram_delivery.py",
+    "channels/telegram_media.py",
+    "channels/telegram_mentions.py",
+    "channels/telegram_updates.py",
+)
+DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py")
+OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": "gateway/provider.py",
-    "telegram": "channels/telegram.py",
-    "discord": "channels/discord.py",
+    "telegram": TELEGRAM_ADAPTER,
+    "discord": DISCORD_ADAPTER,
     "tiktoken": "memory/tokens.py",
     "yaml": "gateway/config_file.py",
     "PIL": "gateway/images.py",
@@ -44,12 +54,13 @@ def test_memory_imports_neither_gateway_nor_channels() -> None:
 
 
 def test_channels_import_only_the_bus() -> None:
-    """channels/ may import gateway.bus, memory.fileio and each other, nothing else of ours."""
+    """channels/ may import gateway.bus, gateway.config (its models), memory.fileio and each other."""
     for path in modules("channels"):
         for name in imports_of(path):
             top = name.split(".")[0]
             if top == "gateway":
-                assert name == "gateway.bus", f"{path}: {name}"
+                # The bus, and the config models a channel takes as its settings.
+                assert name in ("gateway.bus", "gateway.config"), f"{path}: {name}"
             if top == "memory":
                 # The one file writer is a leaf every package shares.
                 assert name == "memory.fileio", f"{path}: {name}"
@@ -62,10 +73,22 @@ def test_each_sdk_is_imported_by_one_module() -> None:
             relative = path.relative_to(ROOT).as_posix()
             for name in imports_of(path):
                 owner = OWNERS.get(name.split(".")[0])
-                assert owner in (None, relative), f"{relative} imports {name}; only {owner} may"
+                allowed = (owner,) if owner is None or isinstance(owner, str) else owner
+                assert relative in allowed or owner is None, (
+                    f"{relative} imports {name}; only {owner} may"
+                )
 
 
 def test_bus_imports_nothing_of_ours() -> None:
     """gateway/bus.py is the leaf every channel depends on."""
     ours = {"gateway", "channels", "memory"}
     assert not {n.split(".")[0] for n in imports_of(ROOT / "gateway" / "bus.py")} & ours
+
+
+def test_channels_take_only_the_channel_models_from_the_config() -> None:
+    """Of gateway.config a channel imports only its own settings model, nothing of the loading."""
+    for path in modules("channels"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "gateway.config":
+                names = {alias.name for alias in node.names}
+                assert names <= {"TelegramConfig", "DiscordConfig"}, f"{path}: {names}"

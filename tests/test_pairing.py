@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.base import AccessError, Verdict, admit, check_access
+from channels.admission import AccessError, AllowList, Request, Rules, Verdict, check_access, decide
 from channels.pairing import (
     CODE_TTL,
     REPLY_EVERY,
@@ -34,17 +34,26 @@ class Clock:
         return self.now
 
 
-def verdict(**given: object) -> Verdict:
-    values: dict[str, object] = {
-        "is_group": False,
-        "dm_policy": "pairing",
-        "group_policy": "mention",
-        "listed": False,
-        "approved": False,
-        "addressed": False,
-    }
-    values.update(given)
-    return admit(**values)  # type: ignore[arg-type]
+def verdict(
+    *,
+    is_group: bool = False,
+    dm_policy: str = "pairing",
+    group_policy: str = "mention",
+    listed: bool = False,
+    approved: bool = False,
+    addressed: bool = False,
+    for_another_bot: bool = False,
+) -> Verdict:
+    rules = Rules("telegram", AllowList(["42"]), dm_policy, group_policy)
+    sender = "42" if listed else "7"
+    request = Request(
+        sender,
+        is_group=is_group,
+        addressed=addressed,
+        approved=approved,
+        for_another_bot=for_another_bot,
+    )
+    return decide(rules, request).verdict
 
 
 def test_dm_verdicts_follow_the_policy() -> None:

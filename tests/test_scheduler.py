@@ -18,6 +18,7 @@ import pytest
 
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime, open_runtime
+from gateway.config import TelegramConfig
 from gateway.heartbeat import Heartbeat
 from gateway.jobs import Job, new_job
 from gateway.service import chat_sender
@@ -67,12 +68,16 @@ async def gateway(
         tmp_path / "workspace", fake_llm.url, deep_merge({"timezone": ZONE}, overrides or {})
     )
     async with open_runtime(config, clock=clock) as runtime:
-        channel = TelegramChannel(
-            runtime.agent.handle,
+        settings = TelegramConfig(
             token=TOKEN,
             allow_from=["42"],
+            dm_policy="allowlist",
             base_url=telegram.url,
             base_file_url=telegram.file_url,
+        )
+        channel = TelegramChannel(
+            runtime.agent.handle,
+            settings,
             workspace=config.workspace,
             state_dir=config.state_dir,
             shutdown_grace=1.0,

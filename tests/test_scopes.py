@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from channels.base import AllowList
+from channels.admission import AllowList
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime
+from gateway.config import TelegramConfig
 from gateway.scope import (
     PathRefusedError,
     ScopeGuard,
@@ -128,15 +129,16 @@ def assert_group_saw_nothing(requests: list[dict[str, Any]], calls: int) -> None
 async def telegram(runtime: Runtime, fake: FakeTelegram, **options: Any) -> AsyncIterator[None]:
     """The real Telegram channel in front of the runtime's agent, as `memgate run` wires it."""
     options.setdefault("allow_from", ["42"])
+    options.setdefault("dm_policy", "allowlist")
+    settings = TelegramConfig(
+        token=TOKEN, base_url=fake.url, base_file_url=fake.file_url, **options
+    )
     channel = TelegramChannel(
         runtime.agent.handle,
-        token=TOKEN,
-        base_url=fake.url,
-        base_file_url=fake.file_url,
+        settings,
         workspace=runtime.config.workspace,
         state_dir=runtime.config.state_dir,
         shutdown_grace=1.0,
-        **options,
     )
     async with running(channel):
         yield

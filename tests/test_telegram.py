@@ -16,10 +16,18 @@ from typing import Any
 import pytest
 
 import channels.telegram
-from channels.base import ChannelConfigError, utf16_length
-from channels.telegram import TelegramChannel, TelegramConfigError
+import channels.telegram_delivery
+from channels.base import ChannelConfigError, ChatCommands
+from channels.telegram import TelegramChannel
+from channels.telegram_connect import TelegramConfigError
+from channels.utf16 import utf16_length
 from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
+from gateway.commands import command_menu, greeting
+from gateway.config import TelegramConfig
+from gateway.config_file import load_config
+from gateway.errors import ConfigError
+from gateway.logs import RedactingFilter
 from tests.fakes.llm import FakeLLM, last_user_text, text
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
 
@@ -63,15 +71,24 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 def make_channel(
     fake: FakeTelegram, tmp_path: Path, handler: Any, **options: Any
 ) -> TelegramChannel:
-    options.setdefault("allow_from", ["42"])
-    return TelegramChannel(
-        handler,
-        token=TOKEN,
+    """A channel on the fake; options are TelegramConfig keys or the constructor's own."""
+    own = {k: options.pop(k) for k in ("pairing", "commands") if k in options}
+    settings = TelegramConfig(
+        token=options.pop("token", TOKEN),
         base_url=fake.url,
         base_file_url=fake.file_url,
+        allow_from=options.pop("allow_from", ["42"]),
+        dm_policy=options.pop("dm_policy", "allowlist"),
+        **{k: options.pop(k) for k in list(options) if k in TelegramConfig.model_fields},
+    )
+    return TelegramChannel(
+        handler,
+        settings,
         workspace=options.pop("workspace", tmp_path / "workspace"),
         state_dir=tmp_path / "state",
         shutdown_grace=options.pop("shutdown_grace", 1.0),
+        commands=own.pop("commands", ChatCommands(command_menu(), greeting())),
+        **own,
         **options,
     )
 
@@ -380,7 +397,7 @@ async def test_typing_runs_while_the_handler_works_and_stops(
     fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sendChatAction repeats while the handler works and stops once it returned."""
-    monkeypatch.setattr(channels.telegram, "TYPING_EVERY", 0.05)
+    monkeypatch.setattr(channels.telegram_delivery, "TYPING_EVERY", 0.05)
     release = asyncio.Event()
 
     async def slow(message: InboundMessage) -> OutboundMessage:
@@ -439,6 +456,7 @@ async def test_the_token_never_reaches_the_logs(
     fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Even at DEBUG, with httpx logging every URL, no record carries the bot token."""
+    caplog.handler.addFilter(RedactingFilter([TOKEN]))  # as `memgate run` installs it
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="httpx")
     photo = fake.add_file(b"jpeg", file_id="p", unique_id="P", path="photos/p.jpg")
@@ -450,28 +468,9 @@ async def test_the_token_never_reaches_the_logs(
     assert TOKEN.split(":")[1] not in caplog.text
 
 
-async def test_request_urls_stay_out_of_info_logs(
-    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """With no level set for httpx, the channel keeps its per-request INFO lines out."""
-    caplog.set_level(logging.INFO)
-    async with running(make_channel(fake, tmp_path, Recorder())):
-        fake.message("hi")
-        await fake.wait_sent(1)
-    assert not [r for r in caplog.records if r.name.startswith("httpx")]
-    assert logging.getLogger("httpx").level == logging.NOTSET  # restored on stop
-
-
 async def test_a_wrong_token_fails_start_clearly(fake: FakeTelegram, tmp_path: Path) -> None:
     """Telegram's 401 for the token ends run() with a configuration error (exit 78 in the CLI)."""
-    channel = TelegramChannel(
-        Recorder(),
-        token="999:wrong",
-        allow_from=["42"],
-        base_url=fake.url,
-        workspace=tmp_path,
-        state_dir=tmp_path,
-    )
+    channel = make_channel(fake, tmp_path, Recorder(), token="999:wrong")
     with pytest.raises(TelegramConfigError, match="token"):
         await channel.run()
 
@@ -486,15 +485,31 @@ async def test_start_retries_while_telegram_is_unreachable(
     assert [c.status for c in fake.calls_to("getMe")] == [502, 200]
 
 
-def test_bad_settings_fail_at_construction(tmp_path: Path) -> None:
-    """A bad group_policy, listen address or token is a configuration error naming the key."""
-    common: dict[str, Any] = {"allow_from": [], "workspace": tmp_path, "state_dir": tmp_path}
-    with pytest.raises(ChannelConfigError, match="group_policy"):
-        TelegramChannel(Recorder(), token=TOKEN, group_policy="some", **common)
-    with pytest.raises(ChannelConfigError, match="webhook_listen"):
-        TelegramChannel(Recorder(), token=TOKEN, webhook_listen="8443", **common)
-    with pytest.raises(ChannelConfigError, match="token"):
-        TelegramChannel(Recorder(), token="", **common)
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("telegram", "group_policy", "some"),
+        ("telegram", "webhook_listen", "8443"),
+        ("telegram", "base_url", "api.telegram.org/bot"),
+        ("discord", "api_base", "discord.com/api"),
+        ("discord", "gateway_url", "https://gateway.discord.gg"),
+    ],
+)
+def test_bad_channel_settings_are_config_errors(
+    tmp_path: Path, section: str, key: str, value: str
+) -> None:
+    """A bad channel setting fails at load as a ConfigError (exit 78) naming the key."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"llm:\n  api_key: x\nchannels:\n  {section}:\n    {key}: {value!r}\n")
+    with pytest.raises(ConfigError, match=rf"channels\.{section}\.{key}"):
+        load_config(path, env={})
+
+
+def test_a_missing_token_fails_at_construction(tmp_path: Path) -> None:
+    """A token that is no BotFather token is a configuration error naming the key."""
+    settings = TelegramConfig(token="", allow_from=["42"], dm_policy="allowlist")
+    with pytest.raises(ChannelConfigError, match=r"channels\.telegram\.token"):
+        TelegramChannel(Recorder(), settings, workspace=tmp_path, state_dir=tmp_path)
 
 
 async def test_run_twice_raises(fake: FakeTelegram, tmp_path: Path) -> None:
@@ -679,7 +694,7 @@ async def test_a_send_failing_once_with_a_5xx_is_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A 502 on sendMessage is tried again after a short backoff, and the reply arrives once."""
-    monkeypatch.setattr(channels.telegram, "SEND_BACKOFF", 0.01)
+    monkeypatch.setattr(channels.telegram_delivery, "SEND_BACKOFF", 0.01)
     fake.fail_next("sendMessage", 502, "Bad Gateway")
     async with running(make_channel(fake, tmp_path, Recorder())):
         fake.message("hello")
@@ -698,8 +713,8 @@ async def test_a_send_failing_with_5xx_every_time_is_given_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """After SEND_ATTEMPTS 5xx the piece is logged as failed; the next reply goes out."""
-    monkeypatch.setattr(channels.telegram, "SEND_BACKOFF", 0.01)
-    for _ in range(channels.telegram.SEND_ATTEMPTS):
+    monkeypatch.setattr(channels.telegram_delivery, "SEND_BACKOFF", 0.01)
+    for _ in range(channels.telegram_delivery.SEND_ATTEMPTS):
         fake.fail_next("sendMessage", 500, "Internal Server Error")
     async with running(make_channel(fake, tmp_path, Recorder())):
         fake.message("one")
@@ -707,7 +722,7 @@ async def test_a_send_failing_with_5xx_every_time_is_given_up(
         [sent] = await fake.wait_sent(1)
     assert sent["text"] == "echo: two"
     statuses = [c.status for c in fake.calls_to("sendMessage")]
-    assert statuses == [500] * channels.telegram.SEND_ATTEMPTS + [200]
+    assert statuses == [500] * channels.telegram_delivery.SEND_ATTEMPTS + [200]
     assert "telegram send failed chat_id=42 error=Internal Server Error" in caplog.text
 
 
@@ -828,14 +843,13 @@ async def test_an_attachment_that_cannot_be_saved_keeps_its_caption(
 def test_webhook_mode_without_tornado_fails_at_construction(tmp_path: Path) -> None:
     """webhook_url without python-telegram-bot[webhooks] is a configuration error, said at once."""
     with pytest.raises(ChannelConfigError, match=r"webhooks"):
-        TelegramChannel(
-            Recorder(),
+        settings = TelegramConfig(
             token=TOKEN,
             allow_from=["42"],
-            workspace=tmp_path,
-            state_dir=tmp_path,
+            dm_policy="allowlist",
             webhook_url="https://bot.example.org/telegram",
         )
+        TelegramChannel(Recorder(), settings, workspace=tmp_path, state_dir=tmp_path)
 
 
 async def test_webhook_mode_serves_updates_with_the_secret(

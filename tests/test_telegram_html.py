@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels.base import utf16_length
 from channels.telegram_html import TELEGRAM_LIMIT, render_html, render_pieces
+from channels.utf16 import utf16_length
 from tests.fakes.telegram_api import parse_html
 
 

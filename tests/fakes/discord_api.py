@@ -25,6 +25,7 @@ from aiohttp import WSMsgType, web
 
 from channels.discord import DiscordChannel
 from gateway.bus import InboundMessage, OutboundMessage
+from gateway.config import DiscordConfig
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -584,15 +585,16 @@ async def serving(
     fake: FakeDiscord, handler: Any, workspace: Path, **options: Any
 ) -> AsyncIterator[DiscordChannel]:
     """Run a DiscordChannel against the fake until the block ends."""
-    options.setdefault("allow_from", [ALICE["id"]])
-    channel = DiscordChannel(
-        handler,
+    settings = DiscordConfig(
         token=fake.token,
         api_base=fake.api_base,
         gateway_url=fake.gateway_url,
-        workspace=workspace,
-        guild_ready_timeout=0.05,
-        **options,
+        allow_from=options.pop("allow_from", [ALICE["id"]]),
+        dm_policy=options.pop("dm_policy", "allowlist"),
+        **{k: options.pop(k) for k in list(options) if k in DiscordConfig.model_fields},
+    )
+    channel = DiscordChannel(
+        handler, settings, workspace=workspace, guild_ready_timeout=0.05, **options
     )
     task = asyncio.create_task(channel.run())
     try:

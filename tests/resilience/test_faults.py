@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from channels.base import utf16_length
-from channels.telegram import SEND_ATTEMPTS
+from channels.telegram_delivery import SEND_ATTEMPTS
+from channels.utf16 import utf16_length
 from tests.fakes.llm import FakeLLM, Reply, error, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.conftest import GatewayFactory

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from channels.base import split_message, text_length, utf16_length
+from channels.base import split_message, text_length
 from channels.telegram_html import render_html, render_pieces
+from channels.utf16 import utf16_length
 from gateway.scope import ScopeGuard, private_scope
 from gateway.tools import ToolError, ToolRegistry, WorkspaceFiles
 from memory.files import MemoryFiles

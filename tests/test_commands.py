@@ -1,0 +1,30 @@
+"""The one command registry: /help, Telegram's menu and /start are generated from it."""
+
+from __future__ import annotations
+
+from gateway.commands import AGENT_COMMANDS, COMMANDS, HELP_TEXT, command_menu, greeting
+
+
+def test_help_lists_every_help_command_once_in_registry_order() -> None:
+    """Each command offered in /help has one line, in the registry's order, usage included."""
+    lines = HELP_TEXT.splitlines()
+    assert lines[0] == "Commands:"
+    offered = [c for c in COMMANDS if "help" in c.scopes]
+    assert [line.split(" — ")[0] for line in lines[1:]] == [
+        f"/{c.name} {c.usage}".rstrip() for c in offered
+    ]
+    assert "/pair CODE — let in someone who was given a pairing code" in HELP_TEXT
+
+
+def test_menu_and_greeting_name_the_same_commands() -> None:
+    """Telegram's menu and the /start greeting list the menu commands; /pair is in neither."""
+    names = [name for name, _ in command_menu()]
+    assert names == ["new", "stop", "status", "jobs", "help"]
+    assert all(len(text) <= 256 for _, text in command_menu())  # Telegram's limit
+    assert greeting().endswith(", ".join(f"/{name}" for name in names) + ".")
+    assert "/pair" not in greeting()
+
+
+def test_the_agent_answers_only_its_own_commands() -> None:
+    """/pair is answered by the channels, so it is not one of the agent's commands."""
+    assert {"new", "stop", "status", "jobs", "help"} == AGENT_COMMANDS
