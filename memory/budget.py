@@ -21,6 +21,9 @@ Message = dict[str, Any]
 # Room kept for the marker that replaces what was cut (its own tokens, counted generously).
 _MARKER_TOKENS = 40
 _COUNT_CACHE = 4096  # message texts whose count is remembered
+# Characters of a tool result kept where a conversation is shown as lines (consolidation prompts,
+# memory_get): the model's answer carries what mattered, the result itself is mostly bulk.
+TOOL_RESULT_CHARS = 300
 
 
 class Counter(Protocol):
