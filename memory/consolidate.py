@@ -1,11 +1,11 @@
 """Background consolidation: old messages become HISTORY.md entries and MEMORY.md facts.
 
-This module owns the queue and its workers, and runs one job: which messages are due and in
-which chunks (memory/chunking.py), the model call (memory/summariser.py) and the writes
-(memory/entries.py). The reply path only calls `after_turn()` / `after_rotate()`, which enqueue;
-`memory.workers` workers do the model calls. A session has at most one job queued or running. Any
-failure counts against its session, which then backs off (memory/failures.py); an oversized
-MEMORY.md is compacted first (memory/compact.py).
+`Consolidator` decides what is queued and runs one job: which messages are due and in which
+chunks (memory/chunking.py), the model call (memory/summariser.py) and the writes
+(memory/entries.py). The reply path only calls `after_turn()` / `after_rotate()`, which enqueue on
+a `WorkQueue` (memory/work_queue.py) served by `memory.workers` workers, so a session has at most
+one job queued or running. Any failure counts against its session, which then backs off
+(memory/failures.py); an oversized MEMORY.md is compacted first (memory/compact.py).
 """
 
 from __future__ import annotations
