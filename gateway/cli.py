@@ -48,7 +48,7 @@ from gateway.templates import WORKSPACE_FILES
 from memory.errors import MemoryStoreError
 from memory.fileio import FILE_MODE, create_exclusive, ensure_private_dir
 from memory.files import MEMORY_TEMPLATE, MemoryFiles
-from memory.search import format_hits, terminal_progress
+from memory.search_display import format_hits, terminal_progress
 
 EX_CONFIG = 78
 
