@@ -34,9 +34,9 @@ from gateway.tools import ToolBox, ToolRegistry, turn_origin
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
+from memory.session_file import Message
 from memory.sessions import (
     INTERRUPTED_TOOL,
-    Message,
     Session,
     SessionStore,
     history_window,

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-Message = dict[str, Any]
+from memory.session_file import Message
 
 
 @dataclass(frozen=True)

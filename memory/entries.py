@@ -18,7 +18,8 @@ from datetime import datetime, tzinfo
 from memory.budget import TOOL_RESULT_CHARS
 from memory.errors import MemoryChangedError
 from memory.files import MemoryFiles
-from memory.sessions import Message, Session, SessionStore
+from memory.session_file import Message
+from memory.sessions import Session, SessionStore
 from memory.summariser import Summariser
 
 log = logging.getLogger(__name__)

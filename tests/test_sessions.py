@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.sessions import (
-    SessionStore,
-    file_name,
-    history_window,
-    key_from_file_name,
-    legal_messages,
-    parse_session_bytes,
-)
+from memory.session_file import file_name, key_from_file_name, parse_session_bytes
+from memory.sessions import SessionStore, history_window, legal_messages
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM
 
@@ -176,7 +170,7 @@ async def test_a_malformed_record_costs_only_itself(
         f"{line}\n"
         '{"role":"assistant","content":"after","timestamp":"2026-01-01T10:00:01+00:00"}\n'
     )
-    with caplog.at_level(logging.WARNING, logger="memory.sessions"):
+    with caplog.at_level(logging.WARNING, logger="memory.session_file"):
         async with make_runtime() as runtime:
             reply = await runtime.agent.handle(inbound("still there?"))
             assert reply is not None and reply.text == "echo: still there?"
