@@ -99,18 +99,26 @@ class Summariser:
         needed = await asyncio.to_thread(self.budget.size, messages, [tool])
         if needed > self.budget.limit:
             raise BudgetError(needed, self.budget.limit)
-        try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    arguments = await self.model.call_tool(messages, tool, force=True)
-                except ModelCallError as exc:
-                    if not exc.rejected_tool_choice:
-                        raise
-                    log.info("provider refused forced tool_choice; retrying with auto")
-                    arguments = await self.model.call_tool(messages, tool, force=False)
-        except TimeoutError as exc:
-            raise ModelCallError(f"no answer within {self.timeout:.0f}s") from exc
+        arguments = await call_forced(self.model, messages, tool, self.timeout)
         return validate_arguments(arguments, with_memory)
+
+
+async def call_forced(
+    model: SummaryModel, messages: list[dict[str, Any]], tool: dict[str, Any], seconds: float
+) -> Any:
+    """The model's arguments to `tool`, forced by tool_choice (or "auto" if the provider refuses
+    forcing); ModelCallError if no answer comes within `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            try:
+                return await model.call_tool(messages, tool, force=True)
+            except ModelCallError as exc:
+                if not exc.rejected_tool_choice:
+                    raise
+                log.info("provider refused forced tool_choice; retrying with auto")
+                return await model.call_tool(messages, tool, force=False)
+    except TimeoutError as exc:
+        raise ModelCallError(f"no answer within {seconds:.0f}s") from exc
 
 
 def validate_arguments(arguments: Any, with_memory: bool) -> tuple[str, str]:
