@@ -147,6 +147,27 @@ async def test_history_window_trims_oldest_first(tmp_path: Path) -> None:
     assert [m["content"] for m in capped] == ["u8", "a", "u9", "a"]
 
 
+async def test_history_window_keeps_a_turn_that_fits_exactly(tmp_path: Path) -> None:
+    """Messages whose tokens add up to exactly `available` all go in; one token less drops the
+    oldest turn."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:edge")
+    await store.add_messages(
+        session,
+        [
+            {"role": "user", "content": "q0"},
+            {"role": "assistant", "content": "a0"},
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1"},
+        ],
+    )
+    exact = sum(CharCounter().count_message(m) for m in session.messages)
+    window = history_window(session, CharCounter(), available=exact)
+    assert [m["content"] for m in window] == ["q0", "a0", "q1", "a1"]
+    short = history_window(session, CharCounter(), available=exact - 1)
+    assert [m["content"] for m in short] == ["q1", "a1"]
+
+
 MALFORMED = [
     '{"role":"assistant","content":"","tool_calls":[1]}',
     '{"role":"assistant","content":"","tool_calls":"abc"}',
