@@ -94,8 +94,6 @@ async def test_every_consolidation_request_fits_the_agents_budget(
         assert runtime.consolidator.failures_total == 0
         requests = fake_llm.consolidation_requests()
         assert len(requests) >= 2
-        sizes = [
-            budget.size(r["messages"], [save_memory_tool(with_memory=True)]) for r in requests
-        ]
+        sizes = [budget.size(r["messages"], [save_memory_tool(with_memory=True)]) for r in requests]
     assert all(size <= budget.limit for size in sizes)
     assert all(size > budget.limit / 3 for size in sizes[:-1])
