@@ -83,8 +83,15 @@ class WorkQueue(Generic[J]):
             again = False
             try:
                 again = await self._process(job)
-            except Exception:
-                log.exception("%s job failed job=%s", self.name, job.ident)
+            except Exception as exc:  # a bug in one job must not stop its worker
+                log.error(
+                    "%s job failed job=%s error=%s: %s",
+                    self.name,
+                    job.ident,
+                    type(exc).__name__,
+                    exc,
+                )
+                log.debug("%s job failed job=%s", self.name, job.ident, exc_info=True)
             finally:
                 self._active -= 1
                 self._pending.discard(job.ident)
