@@ -38,8 +38,8 @@ from gateway.tools import ToolBox, ToolRegistry, turn_origin
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
+from memory.session_file import Message
 from memory.sessions import (
-    Message,
     Session,
     SessionStore,
     history_window,

@@ -49,7 +49,8 @@ from memory.errors import ModelCallError
 from memory.failures import FAILURE_REPORT
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
-from memory.search import MemorySearch, search_tools
+from memory.search import MemorySearch
+from memory.search_tools import search_tools
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
 

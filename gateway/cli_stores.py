@@ -22,7 +22,7 @@ from gateway.lock import WorkspaceLock
 from gateway.logs import configure_logging
 from gateway.scheduler import Scheduler
 from memory.files import MemoryFiles
-from memory.search import format_hits, terminal_progress
+from memory.search_display import format_hits, terminal_progress
 
 
 def cmd_pairing(config: Config, args: argparse.Namespace) -> int:

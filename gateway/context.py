@@ -15,7 +15,7 @@ from gateway.bus import InboundMessage
 from gateway.scope import Scope
 from memory.budget import Part, PromptBudget
 from memory.files import MemoryFiles
-from memory.search import SEARCH_PROMPT
+from memory.search_tools import SEARCH_PROMPT
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
 # What a group's prompt gets of them: the owner's facts (USER.md) stay out.

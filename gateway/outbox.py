@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.bus import OutboundMessage
-from memory.sessions import Message, Session, SessionStore, owed_replies
+from memory.session_file import Message
+from memory.sessions import Session, SessionStore, owed_replies
 
 
 class Outbox:

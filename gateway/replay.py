@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from memory.sessions import Message, Session, turn_after
+from memory.session_file import Message
+from memory.sessions import Session, turn_after
 
 REPLAY_WINDOW = 200  # most recent messages searched for a replayed message id
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from gateway.bus import InboundMessage, media_folder
-from memory.sessions import SUFFIX, file_name
+from memory.session_file import SUFFIX, file_name
 
 PRIVATE = "private"
 GROUP = "group"

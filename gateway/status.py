@@ -10,7 +10,8 @@ from gateway.config import ChatChannelConfig, Config
 from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
-from memory.sessions import SessionStore, interrupted_turn, owed_replies, parse_session_bytes
+from memory.session_file import parse_session_bytes
+from memory.sessions import SessionStore, interrupted_turn, owed_replies
 
 
 def mask(secret: str) -> str:

@@ -12,7 +12,8 @@ from typing import Any
 
 from gateway.provider import ChatResponse
 from gateway.tools import ToolRegistry
-from memory.sessions import INTERRUPTED_TOOL, Message, Session, SessionStore, unanswered_calls
+from memory.session_file import Message
+from memory.sessions import INTERRUPTED_TOOL, Session, SessionStore, unanswered_calls
 
 log = logging.getLogger(__name__)
 

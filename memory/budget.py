@@ -1,9 +1,10 @@
 """The prompt budget: the one place that decides whether a request fits the model, and makes it fit.
 
-The agent asks it before every provider call of a turn, the consolidator before every
-consolidation call, and the prompt builder for the share each fixed file (bootstrap files,
-MEMORY.md, today's note) may take. Counting uses the same `TokenCounter` as everything else, so
-the figure checked here is the figure a request carries. Imports nothing of the gateway.
+The agent asks it before every provider call of a turn, the consolidator to size its chunks and
+before every consolidation call (the app passes both the same object), and the prompt builder for
+the share each fixed file (bootstrap files, MEMORY.md, today's note) may take. Counting uses the
+same `TokenCounter` as everything else, so the figure checked here is the figure a request
+carries. Also home of the one tool-result cap. Imports nothing of the gateway.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ Message = dict[str, Any]
 # Room kept for the marker that replaces what was cut (its own tokens, counted generously).
 _MARKER_TOKENS = 40
 _COUNT_CACHE = 4096  # message texts whose count is remembered
+# Characters of a tool result kept where a conversation is shown as lines (consolidation prompts,
+# memory_get): the model's answer carries what mattered, the result itself is mostly bulk.
+TOOL_RESULT_CHARS = 300
 
 
 class Counter(Protocol):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from memory.budget import PromptBudget
 from memory.errors import ModelCallError
 from memory.files import MemoryFiles
+from memory.summariser import SummaryModel, call_forced
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,6 @@ def compact_tool() -> dict[str, Any]:
     }
 
 
-class ToolModel(Protocol):
-    """The model call compaction needs (the consolidator's SummaryModel has this shape)."""
-
-    async def call_tool(
-        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
-    ) -> Any: ...
-
-
 class MemoryCompactor:
     """Brings MEMORY.md under `max_tokens` when it has grown past it."""
 
@@ -65,7 +58,7 @@ class MemoryCompactor:
         self,
         files: MemoryFiles,
         budget: PromptBudget,
-        model: ToolModel,
+        model: SummaryModel,
         max_tokens: int,
         timeout: float,
     ) -> None:
@@ -157,17 +150,7 @@ class MemoryCompactor:
                 "content": f"Aim for at most {target} tokens.\n\n{PART_HEADER}\n\n{part}",
             },
         ]
-        tool = compact_tool()
-        try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    arguments = await self.model.call_tool(messages, tool, force=True)
-                except ModelCallError as exc:
-                    if not exc.rejected_tool_choice:
-                        raise
-                    arguments = await self.model.call_tool(messages, tool, force=False)
-        except TimeoutError as exc:
-            raise ModelCallError(f"no answer within {self.timeout:.0f}s") from exc
+        arguments = await call_forced(self.model, messages, compact_tool(), self.timeout)
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)

@@ -47,7 +47,7 @@ class FailureLog:
         with ±20% jitter so sessions that failed together do not retry together.
         """
         failures = self.count(key) + 1
-        delay = min(cap, first * 2 ** (failures - 1))
+        delay = min(cap, first * 2.0 ** (failures - 1))
         delay *= random.uniform(0.8, 1.2)
         self._sessions[key] = Failing(failures, now + delay, error)
         self.total += 1

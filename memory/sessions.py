@@ -1,222 +1,46 @@
-"""The session store: one append-only JSONL file per conversation.
+"""The session store: one append-only JSONL file per conversation (its format: session_file).
 
 A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Each append
-is one write and one fsync, whatever the number of lines. Loading tolerates a torn last line
-(dropped, then cut off before the next append), corrupt lines in the middle and messages of the
-wrong shape (each skipped with a warning). Sessions are cached with a bound; a session still referenced by a
-running turn or job is never loaded twice.
+is one write and one fsync, whatever the number of lines. A torn last line is dropped on load and
+cut off before the next append. Sessions are cached with a bound; a session still referenced by a
+running turn or job is never loaded twice. Also here: the history window the model sees, and where
+a stored turn stands.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.fileio import FILE_MODE, ensure_private_dir, fsync_dir
+from memory.session_file import (
+    SUFFIX,
+    Loaded,
+    Message,
+    append_lines,
+    encode_record,
+    file_name,
+    key_from_file_name,
+    move_to_archive,
+    read_session,
+)
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, Any]
 
-_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f]")
-_ESCAPE = re.compile(r"%([0-9A-F]{2})")
-SUFFIX = ".jsonl"
 # Fields of a stored message that the model sees; the rest (timestamp, sender) are ours.
 _WIRE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
-_ROLES = ("system", "user", "assistant", "tool")
-
-
-def file_name(key: str) -> str:
-    """`telegram:42` → `telegram:42.jsonl`; `%`, `/`, NUL and control characters are escaped."""
-    if not key:
-        raise ValueError("session key must not be empty")
-    return _UNSAFE.sub(lambda m: f"%{ord(m.group()):02X}", key) + SUFFIX
-
-
-def key_from_file_name(name: str) -> str:
-    """The inverse of file_name()."""
-    if not name.endswith(SUFFIX):
-        raise ValueError(f"not a session file name: {name!r}")
-    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name[: -len(SUFFIX)])
 
 
 class Counter(Protocol):
     """What the store needs from a tokenizer."""
 
     def count_message(self, message: Message) -> int: ...
-
-
-@dataclass
-class Loaded:
-    """What a session file holds, as parsed."""
-
-    messages: list[Message]
-    last_consolidated: int
-    created_at: str | None
-    group: bool
-    good_size: int  # bytes up to the end of the last complete line
-    torn: bool  # bytes after good_size belong to a line cut short
-    key: str | None = None  # from the metadata line
-    delivered: set[str] = field(default_factory=set)  # reply ids marked delivered
-
-
-def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
-    """Parse a session file's bytes; only lines ending in a newline count."""
-    end = data.rfind(b"\n") + 1
-    torn = end < len(data)
-    if torn:
-        log.warning("ignoring torn last line file=%s bytes=%d", origin, len(data) - end)
-    messages: list[Message] = []
-    last_consolidated = 0
-    created_at = None
-    group = False
-    key = None
-    delivered: set[str] = set()
-    for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("skipping corrupt line file=%s line=%d", origin, number)
-            continue
-        if not isinstance(record, dict):
-            log.warning("skipping non-object line file=%s line=%d", origin, number)
-            continue
-        kind = record.get("_type")
-        if kind == "metadata":
-            created_at = created_at or record.get("created_at")
-            group = group or bool(record.get("group"))
-            key = key or record.get("key")
-        elif kind == "consolidated":
-            pointer = record.get("last_consolidated")
-            if isinstance(pointer, int) and pointer >= 0:
-                last_consolidated = pointer
-        elif kind == "delivered":
-            if isinstance(record.get("reply_id"), str):
-                delivered.add(record["reply_id"])
-        elif "role" in record:
-            if well_formed(record):
-                messages.append(record)
-            else:
-                # Valid JSON of the wrong shape costs only itself, like an unparseable line.
-                log.warning("skipping malformed message file=%s line=%d", origin, number)
-        else:
-            log.warning("skipping unknown record file=%s line=%d", origin, number)
-    return Loaded(
-        messages,
-        min(last_consolidated, len(messages)),
-        created_at,
-        group,
-        end,
-        torn,
-        key,
-        delivered,
-    )
-
-
-def well_formed(record: dict[str, Any]) -> bool:
-    """True if a stored message has the shape the model's API takes (role, content, tool calls)."""
-    role = record.get("role")
-    if role not in _ROLES:
-        return False
-    content = record.get("content")
-    if not _content_shaped(content):
-        return False
-    calls = record.get("tool_calls")
-    if calls is not None:
-        if role != "assistant" or not isinstance(calls, list):
-            return False
-        for call in calls:
-            if not isinstance(call, dict):
-                return False
-            function = call.get("function")
-            if not (
-                isinstance(call.get("id"), str)
-                and isinstance(function, dict)
-                and isinstance(function.get("name"), str)
-                and isinstance(function.get("arguments", ""), str)
-            ):
-                return False
-    if role == "tool" and not isinstance(record.get("tool_call_id"), str):
-        return False
-    return not (role in ("user", "tool") and content is None)
-
-
-def _content_shaped(content: Any) -> bool:
-    """Text, nothing, or a list of typed parts (text and images), as the chat API takes it."""
-    if content is None or isinstance(content, str):
-        return True
-    return isinstance(content, list) and all(
-        isinstance(part, dict) and isinstance(part.get("type"), str) for part in content
-    )
-
-
-def _read(path: Path) -> Loaded:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return Loaded([], 0, None, False, 0, False)
-    return parse_session_bytes(data, str(path))
-
-
-def _write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
-    """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
-    ensure_private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    try:
-        if cut_at is not None:
-            os.ftruncate(fd, cut_at)
-        before = os.fstat(fd).st_size
-        view = memoryview(lines)
-        try:
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        except OSError:
-            # A write cut short (disk full) must not leave half a line for the next append to be
-            # glued onto: take the partial bytes back before reporting the error.
-            os.ftruncate(fd, before)
-            raise
-        # The lines of one append (a turn's messages, a marker) share this one fsync.
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-
-
-def _move_to_archive(path: Path, archive: Path, stem: str, stamp: str) -> Path:
-    """Move a session file under a name in `archive` that nobody holds (claimed by a hard link)."""
-    ensure_private_dir(archive)
-    serial = 1
-    while True:
-        suffix = "" if serial == 1 else f"-{serial}"
-        target = archive / f"{stem}.{stamp}{suffix}{SUFFIX}"
-        try:
-            os.link(path, target)
-        except FileExistsError:
-            serial += 1
-            continue
-        os.unlink(path)
-        fsync_dir(archive)
-        fsync_dir(path.parent)
-        return target
-
-
-def encode_record(record: dict[str, Any]) -> bytes:
-    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
-        "utf-8", errors="surrogatepass"
-    )
 
 
 class Session:
@@ -295,7 +119,7 @@ class SessionStore:
             self._loading[key] = future
             try:
                 path = self.path_for(key)
-                session = Session(key, path, await asyncio.to_thread(_read, path))
+                session = Session(key, path, await asyncio.to_thread(read_session, path))
                 self._live[key] = session
                 future.set_result(session)
             except BaseException as exc:
@@ -335,7 +159,7 @@ class SessionStore:
                 lines.append(encode_record(meta))
             lines.extend(encode_record(r) for r in records)
             cut = session._size if session._torn else None
-            size = await asyncio.to_thread(_write_lines, session.path, b"".join(lines), cut)
+            size = await asyncio.to_thread(append_lines, session.path, b"".join(lines), cut)
             session._appended(records, size)
 
     async def add_messages(self, session: Session, messages: list[Message]) -> None:
@@ -369,7 +193,7 @@ class SessionStore:
             stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
             stem = file_name(key)[: -len(SUFFIX)]
             target = await asyncio.to_thread(
-                _move_to_archive, session.path, self.archive, stem, stamp
+                move_to_archive, session.path, self.archive, stem, stamp
             )
             # Anyone still holding the old object (a running consolidation) now appends to the
             # archived file, and archival finds the same object, so the two never overlap.
@@ -381,7 +205,7 @@ class SessionStore:
         """A session in `archive/`; the same object a job may still hold if it was just rotated."""
         session = self._archived.get(path)
         if session is None:
-            loaded = await asyncio.to_thread(_read, path)
+            loaded = await asyncio.to_thread(read_session, path)
             stem = path.name[: -len(SUFFIX)].rsplit(".", 1)[0]  # drop the rotation stamp
             session = Session(loaded.key or key_from_file_name(stem + SUFFIX), path, loaded)
             self._archived[path] = session

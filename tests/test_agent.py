@@ -12,7 +12,7 @@ import pytest
 
 from gateway.app import Runtime
 from gateway.status import describe
-from memory.sessions import parse_session_bytes
+from memory.session_file import parse_session_bytes
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import (
     FakeLLM,

@@ -12,14 +12,9 @@ from pathlib import Path
 import pytest
 
 from memory.errors import SearchPathError
-from memory.search import (
-    SEARCH_PROMPT,
-    Hit,
-    MemorySearch,
-    format_hits,
-    search_tools,
-    terminal_progress,
-)
+from memory.search import Hit, MemorySearch
+from memory.search_display import format_hits, terminal_progress
+from memory.search_tools import SEARCH_PROMPT, search_tools
 from tests.test_search import archived_path, line_of, write_corpus
 
 

@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.sessions import (
-    SessionStore,
-    file_name,
-    history_window,
-    key_from_file_name,
-    legal_messages,
-    parse_session_bytes,
-)
+from memory.session_file import file_name, key_from_file_name, parse_session_bytes
+from memory.sessions import SessionStore, history_window, legal_messages
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM
 
@@ -153,6 +147,27 @@ async def test_history_window_trims_oldest_first(tmp_path: Path) -> None:
     assert [m["content"] for m in capped] == ["u8", "a", "u9", "a"]
 
 
+async def test_history_window_keeps_a_turn_that_fits_exactly(tmp_path: Path) -> None:
+    """Messages whose tokens add up to exactly `available` all go in; one token less drops the
+    oldest turn."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:edge")
+    await store.add_messages(
+        session,
+        [
+            {"role": "user", "content": "q0"},
+            {"role": "assistant", "content": "a0"},
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1"},
+        ],
+    )
+    exact = sum(CharCounter().count_message(m) for m in session.messages)
+    window = history_window(session, CharCounter(), available=exact)
+    assert [m["content"] for m in window] == ["q0", "a0", "q1", "a1"]
+    short = history_window(session, CharCounter(), available=exact - 1)
+    assert [m["content"] for m in short] == ["q1", "a1"]
+
+
 MALFORMED = [
     '{"role":"assistant","content":"","tool_calls":[1]}',
     '{"role":"assistant","content":"","tool_calls":"abc"}',
@@ -176,7 +191,7 @@ async def test_a_malformed_record_costs_only_itself(
         f"{line}\n"
         '{"role":"assistant","content":"after","timestamp":"2026-01-01T10:00:01+00:00"}\n'
     )
-    with caplog.at_level(logging.WARNING, logger="memory.sessions"):
+    with caplog.at_level(logging.WARNING, logger="memory.session_file"):
         async with make_runtime() as runtime:
             reply = await runtime.agent.handle(inbound("still there?"))
             assert reply is not None and reply.text == "echo: still there?"

@@ -23,7 +23,8 @@ from channels.utf16 import utf16_length
 from gateway.scope import ScopeGuard, private_scope
 from gateway.tools import ToolError, ToolRegistry, WorkspaceFiles
 from memory.files import MemoryFiles
-from memory.sessions import SessionStore, file_name, key_from_file_name, parse_session_bytes
+from memory.session_file import file_name, key_from_file_name, parse_session_bytes
+from memory.sessions import SessionStore
 from tests.fakes.telegram_api import parse_html
 
 # -- session file names -------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""Consolidation policy with plain values (memory/chunking.py), and chunks sized as they are sent."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from memory.chunking import Trigger, split, target, user_boundary
+from memory.sessions import SessionStore
+from memory.summariser import save_memory_tool
+from tests.conftest import RuntimeFactory, inbound
+from tests.fakes.llm import FakeLLM
+
+
+def turns(count: int) -> list[dict[str, Any]]:
+    """`count` complete turns, user then assistant."""
+    messages: list[dict[str, Any]] = []
+    for index in range(count):
+        messages += [
+            {"role": "user", "content": f"q{index}"},
+            {"role": "assistant", "content": f"a{index}"},
+        ]
+    return messages
+
+
+def test_the_window_keeps_half_and_cuts_at_the_next_user_message() -> None:
+    """window 6 over 7 messages: consolidate up to 7 - 3 = 4, which is a user message."""
+    messages = [*turns(3), {"role": "user", "content": "q3"}]
+    trigger = Trigger(budget=10_000, window=6)
+    assert target(messages, 0, [1] * 7, trigger) == 4
+    assert target(messages, 0, [1] * 5, Trigger(budget=10_000, window=8)) is None
+
+
+def test_the_budget_trigger_keeps_the_newest_turns_under_consolidate_to() -> None:
+    """At consolidate_at of the budget, the newest messages that fit consolidate_to are kept."""
+    messages = turns(5)
+    trigger = Trigger(budget=100, consolidate_at=0.75, consolidate_to=0.5, window=1000)
+    sizes = [10] * 10  # 100 tokens, over 75
+    assert target(messages, 0, sizes, trigger) == 6  # keeps 4 messages = 40 <= 50, from q3
+    assert target(messages, 0, [7] * 10, trigger) is None  # 70 < 75: not due
+
+
+def test_an_archive_is_consolidated_whole_even_with_a_trailing_user_message() -> None:
+    """An archive gets no more turns, so its last unanswered message goes too."""
+    messages = [*turns(2), {"role": "user", "content": "left unanswered"}]
+    trigger = Trigger(budget=100)
+    assert target(messages, 0, [], trigger, everything=True, archive=True) == 5
+    assert target(messages, 0, [], trigger, everything=True) == 4  # a live one waits for it
+
+
+def test_a_running_turn_is_never_cut() -> None:
+    """With the newest turn still running (a tool call last), the boundary stops before it."""
+    running = [
+        *turns(2),
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "function": {}}]},
+    ]
+    assert user_boundary(running, 5, 0) == 4
+    assert user_boundary(turns(2), 4, 0) == 4
+
+
+def test_chunks_end_at_user_messages_and_a_big_turn_stays_whole() -> None:
+    """Pieces stay under the limit at user boundaries; one turn over it is one piece; `most`
+    bounds the count."""
+    messages = turns(4)
+    costs = {index: 3 for index in range(8)}
+    costs[3] = 50  # the assistant answer of turn 1 alone is over the limit
+    chunks = split(messages, 0, 8, costs.__getitem__, limit=10, most=10)
+    assert chunks == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert split(messages, 0, 8, costs.__getitem__, limit=10, most=2) == [(0, 2), (2, 4)]
+
+
+async def test_every_consolidation_request_fits_the_agents_budget(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Chunks are measured with the agent's own PromptBudget: each request fits it, none fails,
+    and chunks use the room (all but the last over a third of it)."""
+    store = SessionStore(tmp_path / "workspace" / "sessions", UTC)
+    session = await store.get("test:42")
+    backlog = []
+    for index in range(60):
+        backlog.append({"role": "user", "content": f"question {index} " + "words " * 60})
+        backlog.append({"role": "assistant", "content": f"answer {index} " + "more " * 60})
+    await store.add_messages(session, backlog)
+    overrides = {"llm": {"context_window": 6144, "max_tokens": 1024}, "memory": {"window": 1000}}
+    async with make_runtime(overrides) as runtime:
+        memory_md = runtime.memory.memory_md
+        memory_md.write_text(memory_md.read_text() + "- a fact worth keeping\n" * 150)
+        await runtime.agent.handle(inbound("one more question"))
+        await runtime.consolidator.wait_idle()
+        budget = runtime.consolidator.budget
+        assert budget is runtime.agent.budget  # one budget object, shared with the agent
+        assert runtime.consolidator.failures_total == 0
+        requests = fake_llm.consolidation_requests()
+        assert len(requests) >= 2
+        sizes = [budget.size(r["messages"], [save_memory_tool(with_memory=True)]) for r in requests]
+    assert all(size <= budget.limit for size in sizes)
+    assert all(size > budget.limit / 3 for size in sizes[:-1])
