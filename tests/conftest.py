@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -17,7 +18,7 @@ from gateway.config import Config, parse_config
 from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
-from tests.fakes.telegram_api import FakeTelegram, start_fake_telegram
+from tests.fakes.telegram_api import BOT, FakeTelegram, start_fake_telegram
 
 
 @pytest.fixture(autouse=True)
@@ -90,6 +91,32 @@ def build_config(workspace: Path, llm_url: str, overrides: dict[str, Any] | None
         },
     }
     return parse_config(deep_merge(raw, overrides or {}), workspace.parent / "config.yaml", env={})
+
+
+def telegram_inbox_pending(state_dir: Path) -> set[int]:
+    """Update ids the Telegram inbox would replay: journaled, with no done line after them.
+
+    The channel writes a reply's done line once its send is over, so an empty set means no
+    reply of these updates can still be sent (again).
+    """
+    path = state_dir / f"telegram-{BOT['id']}-inbox.jsonl"
+    pending: set[int] = set()
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        if "done" in record:
+            pending.discard(record["done"])
+        else:
+            pending.add(record["update"]["update_id"])
+    return pending
+
+
+async def wait_for_log(path: Path, needle: str, count: int = 1, within: float = 30) -> str:
+    """Until the log file at `path` holds `needle` `count` times (what a child process exposes)."""
+    async with asyncio.timeout(within):
+        # Polling, because a log file has no event to await.
+        while (text := await asyncio.to_thread(path.read_text)).count(needle) < count:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return text
 
 
 RuntimeFactory = Callable[..., AbstractAsyncContextManager[Runtime]]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for_log
 from tests.fakes.llm import FakeLLM, last_user_text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_chat_beside_service import service_config, wait_for_socket
@@ -41,15 +42,6 @@ async def service(config: Path, tmp_path: Path) -> AsyncIterator[asyncio.subproc
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0
         log.close()
-
-
-async def wait_for_log(path: Path, needle: str, count: int = 1) -> str:
-    """Until the service's log holds `needle` `count` times (the log file is all it exposes)."""
-    async with asyncio.timeout(30):
-        # Polling, because a log file has no event to await.
-        while (text := await asyncio.to_thread(path.read_text)).count(needle) < count:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-    return text
 
 
 async def test_cli_approves_lists_and_revokes_while_the_service_runs(

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for_log
 from tests.fakes.discord_api import (
     ALICE,
     DM,
@@ -139,7 +139,7 @@ async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
         fake_telegram.message("a slow question", chat_id=42, user_id=42)
         await fake_llm.wait_for_requests(3, kind="chat", within=30)
         process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
+        await wait_for_log(log, "received SIGTERM; stopping")  # mid-turn, the stop has begun
         release.set()
         assert await asyncio.wait_for(process.wait(), 60) == 0
     finally:
