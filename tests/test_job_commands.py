@@ -9,9 +9,8 @@ from gateway.app import Runtime
 from gateway.control import control_server, request, socket_path
 from gateway.job_tools import JobTools
 from gateway.jobs import JobStore, new_job
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_cli import memgate
 
 UTC = ZoneInfo("UTC")
 ENV = {"OPENAI_API_KEY": "sk-cli-test-key-123456"}

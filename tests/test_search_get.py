@@ -20,7 +20,7 @@ from memory.search import (
     search_tools,
     terminal_progress,
 )
-from tests.test_search import archived_path, line_of, write_corpus
+from tests.corpus import archived_path, line_of, write_corpus
 
 
 @pytest.fixture

@@ -83,6 +83,20 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """The contents of the tool results a request carries back to the model, in order."""
+    return [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+
+
+_STAMPED = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] ")
+
+
+def conversation_lines(body: dict[str, Any]) -> list[str]:
+    """The chunk lines (each "[date time] ...") of a consolidation request."""
+    chunk = last_user_text(body).partition("## Conversation to consolidate\n\n")[2]
+    return [line for line in chunk.splitlines() if _STAMPED.match(line)]
+
+
 def image_parts(body: dict[str, Any]) -> list[str]:
     """The image URLs (data URLs) of a chat request, in order."""
     urls = []
