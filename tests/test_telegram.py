@@ -8,7 +8,6 @@ import importlib.util
 import json
 import logging
 import warnings
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from tests.fakes.telegram_api import (
     Recorder,
     make_channel,
     running,
-    start_fake_telegram,
 )
 
 pytestmark = [
@@ -42,13 +40,9 @@ pytestmark = [
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
+def fake(fake_telegram: FakeTelegram) -> FakeTelegram:
     """The fake Bot API; `fake.url` and `fake.file_url` are PTB's base URLs."""
-    server, runner = await start_fake_telegram()
-    try:
-        yield server
-    finally:
-        await runner.cleanup()
+    return fake_telegram
 
 
 async def test_allowed_user_is_answered_in_their_chat(fake: FakeTelegram, tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.serving import serve_until_interrupted
+
 Reply = dict[str, Any]
 Responder = Callable[[dict[str, Any]], Awaitable[Reply | web.StreamResponse] | Reply]
 
@@ -459,19 +461,12 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args()
 
-    async def serve() -> None:
+    async def start() -> tuple[web.AppRunner, str]:
         fake, runner = await start_fake_llm(port=args.port)
         fake.delay = args.delay
-        print(f"fake LLM listening on {fake.url} (any api key, any model)", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        return runner, f"fake LLM listening on {fake.url} (any api key, any model)"
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    serve_until_interrupted(start)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from channels.telegram import TelegramChannel
 from gateway.bus import InboundMessage, OutboundMessage
+from tests.fakes.serving import serve_until_interrupted
 
 TOKEN = "123456789:AAH-fake-token-for-tests_0123456789ab"
 BOT = {
@@ -511,23 +512,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8081)
     args = parser.parse_args()
 
-    async def serve() -> None:
+    async def start() -> tuple[web.AppRunner, str]:
         fake = FakeTelegram()
         app = fake.app()
         app.add_routes(control_routes(fake))
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()
         await web.TCPSite(runner, args.host, args.port).start()
-        print(f"fake Telegram on http://{args.host}:{args.port}/bot", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        return runner, f"fake Telegram on http://{args.host}:{args.port}/bot"
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    serve_until_interrupted(start)
 
 
 if __name__ == "__main__":
