@@ -22,12 +22,14 @@ test: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy gateway memory channels
+	$(BIN)/mypy tests bench --exclude 'bench/\.venv-.*'
 	$(BIN)/python -m pytest -n auto
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy gateway memory channels
+	$(BIN)/mypy tests bench --exclude 'bench/\.venv-.*'
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date
 from pathlib import Path
+from typing import Any
 
 from memory.files import MemoryFiles
 from memory.sessions import SessionStore
@@ -94,7 +95,7 @@ async def write_corpus(workspace: Path) -> None:
             await store.rotate(key)
             continue
         session = await store.get(key)
-        records = [
+        records: list[dict[str, Any]] = [
             {"role": role, "content": text, "timestamp": stamp(day, i)}
             for i, (role, text) in enumerate(messages)
         ]

@@ -285,6 +285,7 @@ class FakeLLM:
         step = self._next_step(body)
         self.in_flight += 1
         try:
+            reply: Reply | Callable[[dict[str, Any]], Reply]  # a function: called after the hold
             if step is None:
                 if self.default is not None:
                     reply = self.default(body)
@@ -447,10 +448,8 @@ async def start_fake_llm(host: str = "127.0.0.1", port: int = 0) -> tuple[FakeLL
     fake._arrived = asyncio.Condition()
     runner = web.AppRunner(fake.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    sockets = site._server.sockets if site._server else []  # aiohttp has no public accessor
-    bound = sockets[0].getsockname()[1]
+    await web.TCPSite(runner, host, port).start()
+    bound = runner.addresses[0][1]
     fake.url = f"http://{host}:{bound}/v1"
     return fake, runner
 

@@ -396,10 +396,8 @@ async def start_fake_telegram(host: str = "127.0.0.1") -> tuple[FakeTelegram, we
     # A client that goes away (PTB stopping mid long poll) cancels its handler, so cleanup is quick.
     runner = web.AppRunner(fake.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    sockets = site._server.sockets if site._server else []  # aiohttp has no public accessor
-    port = sockets[0].getsockname()[1]
+    await web.TCPSite(runner, host, 0).start()
+    port = runner.addresses[0][1]
     fake.url = f"http://{host}:{port}/bot"
     fake.file_url = f"http://{host}:{port}/file/bot"
     return fake, runner

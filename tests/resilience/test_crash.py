@@ -12,8 +12,10 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.fakes.llm import FakeLLM, start_fake_llm, text
 from tests.fakes.telegram_api import BOT, FakeTelegram, start_fake_telegram
@@ -117,7 +119,7 @@ async def test_a_message_whose_photo_is_downloading_survives_a_kill(
     release = asyncio.Event()
     serve_file = fake_telegram._api_getFile
 
-    async def slow_get_file(params: dict) -> object:
+    async def slow_get_file(params: dict[str, Any]) -> dict[str, Any] | web.Response:
         await release.wait()
         return await serve_file(params)
 
