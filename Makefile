@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench docs systemd-check clean
+.PHONY: run test lint soak bench docs systemd-check clean
 
 $(BIN)/memgate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,20 @@ test: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict gateway memory channels
+	$(BIN)/mypy tests bench --exclude 'bench/\.venv-.*'
 	$(BIN)/python -m pytest -n auto
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict gateway memory channels
+	$(BIN)/mypy tests bench --exclude 'bench/\.venv-.*'
+
+# The long runs: the crash test with 20 kills (make test runs 8), then bench.soak's 100 kills and
+# 120 injected faults (together about 7 minutes).
+soak: $(VENV)/.dev
+	MEMGATE_CRASH_KILLS=20 $(BIN)/python -m pytest tests/resilience/test_crash.py
+	$(BIN)/python -m bench.soak
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m bench

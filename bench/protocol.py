@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,7 @@ class Run:
     params: dict[str, Any]
 
 
-Figure = Callable[[Run], Awaitable[Any]]
+Figure = Callable[[Run], Coroutine[Any, Any, Any]]
 
 
 def run_driver(figures: dict[str, Figure]) -> None:

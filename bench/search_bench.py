@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from memory.files import MemoryFiles
@@ -182,7 +183,7 @@ async def run(root: Path, entries: int) -> None:
         everything: list[float] = []
         print("query latency, MemorySearch.search(limit=8), refresh included, 40 runs each:")
         for label, query in queries.items():
-            samples = await timed(lambda q=query: search.search(q, 8), 40)
+            samples = await timed(partial(search.search, query, 8), 40)
             everything += samples
             hits = len(await search.search(query, 8))
             print(f"  {label:34} {percentiles(samples)}   ({hits} hits)")
@@ -196,9 +197,9 @@ async def run(root: Path, entries: int) -> None:
         for index in range(20):
             history.append_history(f"[2026-06-01 10:{index:02d}] Booked the quokka tour {index}.")
             began = time.perf_counter()
-            hits = await search.search(f"quokka {index}", 3)
+            found = await search.search(f"quokka {index}", 3)
             fresh.append((time.perf_counter() - began) * 1000)
-            assert hits and hits[0].path == "memory/HISTORY.md", hits
+            assert found and found[0].path == "memory/HISTORY.md", found
         print(f"append a HISTORY.md entry, then search it:  {percentiles(fresh)}")
 
         message = {

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.llm import FakeLLM, error, is_consolidation, start_fake_llm, text, tool_call
+from tests.fakes.llm import (
+    FakeLLM,
+    Reply,
+    error,
+    is_consolidation,
+    start_fake_llm,
+    text,
+    tool_call,
+)
 from tests.fakes.telegram_api import FakeTelegram, start_fake_telegram
 from tests.resilience.crash import CrashReport, ScriptedModel, crash_run
 from tests.resilience.harness import Gateway, read_session, session_paths
@@ -73,24 +81,27 @@ def _held_send(telegram: FakeTelegram, seconds: float) -> None:
 
 
 Injector = Callable[[FakeLLM, FakeTelegram], None]
+
+
+def _chat_steps(*replies: Reply) -> Injector:
+    """An injector that scripts these model replies, in order, for the next chat turns."""
+
+    def inject(llm: FakeLLM, telegram: FakeTelegram) -> None:
+        for reply in replies:
+            llm.push(reply, match=_chat_only)
+
+    return inject
+
+
 FAULTS: dict[str, tuple[int, Injector]] = {  # name: (weight, injector)
     "llm-500": (4, lambda llm, tg: llm.push(error(500, "soak"), match=_chat_only)),
     "llm-429": (4, lambda llm, tg: llm.push(error(429, "soak", retry_after=1), match=_chat_only)),
     "llm-timeout": (2, lambda llm, tg: llm.push(text("late"), delay=3.0, match=_chat_only)),
     "llm-malformed-json": (4, lambda llm, tg: llm.push({"raw": '{"choices": ['}, match=_chat_only)),
-    "llm-unknown-tool": (
-        4,
-        lambda llm, tg: (
-            llm.push(tool_call("no_such_tool", {}), match=_chat_only),
-            llm.push(text("no such tool"), match=_chat_only),
-        ),
-    ),
+    "llm-unknown-tool": (4, _chat_steps(tool_call("no_such_tool", {}), text("no such tool"))),
     "llm-invalid-arguments": (
         4,
-        lambda llm, tg: (
-            llm.push(tool_call("read_file", "{not json"), match=_chat_only),
-            llm.push(text("bad arguments"), match=_chat_only),
-        ),
+        _chat_steps(tool_call("read_file", "{not json"), text("bad arguments")),
     ),
     "llm-2mb-reply": (1, lambda llm, tg: llm.push(text(TWO_MB), match=_chat_only)),
     "telegram-500": (4, lambda llm, tg: tg.fail_next("sendMessage", 500, "Internal Server Error")),

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import pty
+import re
+import select
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +24,11 @@ from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
 from gateway.config import Config
 from gateway.config_file import parse_config
+from gateway.control import request
 from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
-from tests.fakes.telegram_api import FakeTelegram, start_fake_telegram
+from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +101,32 @@ def build_config(workspace: Path, llm_url: str, overrides: dict[str, Any] | None
         },
     }
     return parse_config(deep_merge(raw, overrides or {}), workspace.parent / "config.yaml", env={})
+
+
+def telegram_inbox_pending(state_dir: Path) -> set[int]:
+    """Update ids the Telegram inbox would replay: journaled, with no done line after them.
+
+    The channel writes a reply's done line once its send is over, so an empty set means no
+    reply of these updates can still be sent (again).
+    """
+    path = state_dir / f"telegram-{BOT['id']}-inbox.jsonl"
+    pending: set[int] = set()
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        if "done" in record:
+            pending.discard(record["done"])
+        else:
+            pending.add(record["update"]["update_id"])
+    return pending
+
+
+async def wait_for_log(path: Path, needle: str, count: int = 1, within: float = 30) -> str:
+    """Until the log file at `path` holds `needle` `count` times (what a child process exposes)."""
+    async with asyncio.timeout(within):
+        # Polling, because a log file has no event to await.
+        while (text := await asyncio.to_thread(path.read_text)).count(needle) < count:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return text
 
 
 RuntimeFactory = Callable[..., AbstractAsyncContextManager[Runtime]]
@@ -181,3 +217,147 @@ class ManualClock:
     def _changed(self) -> None:
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
+
+
+# -- the real CLI and `memgate run` as child processes -------------------------------------------
+
+
+async def memgate(
+    *args: str, home: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run the real CLI as a subprocess (the fake LLM keeps serving on this loop meanwhile)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MEMGATE_HOME": str(home), **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def converse(
+    args: list[str], answers: list[tuple[str, str]], env: dict[str, str]
+) -> tuple[int, str]:
+    """Run memgate on a pseudo-terminal, answering each prompt when it appears."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,  # no controlling terminal: getpass reads the pty on stdin
+    )
+    os.close(slave)
+    output, pending = "", list(answers)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk.decode(errors="replace")
+            if pending and pending[0][0] in output.rsplit("\n", 1)[-1]:
+                os.write(master, pending.pop(0)[1].encode() + b"\n")
+            if process.poll() is not None and not ready:
+                break
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+    return process.wait(), output
+
+
+def service_config(tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram) -> Path:
+    """config.yaml for `memgate run` on tmp_path: the fake LLM, Telegram for user 42."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+state_dir: {tmp_path / "state"}
+llm:
+  base_url: {llm.url}
+  api_key: sk-attach-secret-0123456789
+  max_retries: 0
+  timeout: 20
+channels:
+  telegram:
+    enabled: true
+    token: "{TOKEN}"
+    allow_from: ["42"]
+    base_url: {telegram.url}
+    base_file_url: {telegram.file_url}
+shutdown_grace: 5
+"""
+    )
+    return path
+
+
+async def wait_for_socket(socket: Path, process: asyncio.subprocess.Process) -> dict[str, Any]:
+    """Until the service answers a status request on its control socket."""
+    async with asyncio.timeout(30):
+        while True:
+            assert process.returncode is None, "memgate run exited early"
+            live = await request(socket, {"op": "status"})
+            if live is not None and all(live["channels"].values()):
+                return live
+            await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def memgate_run(
+    config: Path, tmp_path: Path
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, dict[str, Any]]]:
+    """`memgate run` on `config` (log in tmp_path/run.log) until the block ends, with its first
+    live status; it must then stop cleanly on SIGTERM."""
+    with (tmp_path / "run.log").open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
+        )
+    try:
+        live = await wait_for_socket(tmp_path / "state" / "control.sock", process)
+        yield process, live
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+
+
+# -- turns and what consolidation leaves -----------------------------------------------------------
+
+
+async def turns(runtime: Runtime, count: int, chat_id: str = "42", **fields: Any) -> None:
+    """`count` answered turns in the chat, each "chat <chat_id> turn <index>"."""
+    for index in range(count):
+        reply = await runtime.agent.handle(
+            inbound(f"chat {chat_id} turn {index}", chat_id, **fields)
+        )
+        assert reply is not None
+
+
+TAG = re.compile(r"\n<!-- memgate:[0-9a-f]{16} -->$")
+
+
+def history_entries(runtime: Runtime) -> list[str]:
+    """HISTORY.md's entries without the job tag consolidation adds under each."""
+    return [TAG.sub("", e) for e in runtime.memory.read_history().split("\n\n") if e.strip()]
+
+
+def markers(path: Path) -> list[int]:
+    """The last_consolidated of each consolidation marker in a session file, in order."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line["last_consolidated"] for line in lines if line.get("_type") == "consolidated"]

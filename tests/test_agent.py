@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import json
 import logging
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 
 import pytest
 
+import gateway.context
 from gateway.app import Runtime
 from gateway.status import describe
 from memory.session_file import parse_session_bytes
@@ -57,16 +59,29 @@ async def test_one_turn_writes_metadata_user_and_assistant(
     assert "What is my name?" in replayed[3]["content"]
 
 
+class DayLater(datetime):
+    """The clock the prompt builder reads, a day ahead once `passed` is set (no sleeping)."""
+
+    passed = False
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> DayLater:
+        now = datetime.now(tz) + (timedelta(days=1) if cls.passed else timedelta())
+        return cls.fromtimestamp(now.timestamp(), tz)
+
+
 async def test_memory_in_system_prompt_history_not_and_prompt_is_stable(
-    runtime: Runtime, fake_llm: FakeLLM
+    runtime: Runtime, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MEMORY.md is in the system prompt, HISTORY.md is not, and the prompt is byte-stable."""
+    monkeypatch.setattr(gateway.context, "datetime", DayLater)
     runtime.memory.memory_md.write_text("# Long-term Memory\n\nUser likes green tea.\n")
     runtime.memory.history_md.write_text("[2026-01-01 10:00] Talked about SECRET-HISTORY.\n\n")
     await runtime.agent.handle(inbound("first"))
-    await asyncio.sleep(1.1)
+    monkeypatch.setattr(DayLater, "passed", True)
     await runtime.agent.handle(inbound("second"))
     first, second = fake_llm.requests[0]["messages"], fake_llm.requests[1]["messages"]
+    assert first[-1]["content"] != second[-1]["content"]  # the time moved on between the turns
     assert first[0]["role"] == "system"
     assert "User likes green tea." in first[0]["content"]
     assert all("SECRET-HISTORY" not in json.dumps(r["messages"]) for r in fake_llm.requests)

@@ -7,7 +7,6 @@ import fcntl
 import json
 import os
 import pty
-import signal
 import stat
 import subprocess
 import sys
@@ -16,48 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.control import request
-from tests.conftest import build_config
+from tests.conftest import build_config, memgate, memgate_run, service_config
 from tests.fakes.llm import FakeLLM, text
-from tests.fakes.telegram_api import TOKEN, FakeTelegram
-from tests.test_cli import memgate
+from tests.fakes.telegram_api import FakeTelegram
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def service_config(tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        f"""\
-workspace: {tmp_path / "workspace"}
-state_dir: {tmp_path / "state"}
-llm:
-  base_url: {llm.url}
-  api_key: sk-attach-secret-0123456789
-  max_retries: 0
-  timeout: 20
-channels:
-  telegram:
-    enabled: true
-    token: "{TOKEN}"
-    allow_from: ["42"]
-    base_url: {telegram.url}
-    base_file_url: {telegram.file_url}
-shutdown_grace: 5
-"""
-    )
-    return path
-
-
-async def wait_for_socket(socket: Path, process: asyncio.subprocess.Process) -> dict:
-    """Until the service answers a status request on its control socket."""
-    async with asyncio.timeout(30):
-        while True:
-            assert process.returncode is None, "memgate run exited early"
-            live = await request(socket, {"op": "status"})
-            if live is not None and all(live["channels"].values()):
-                return live
-            await asyncio.sleep(0.1)
 
 
 async def test_chat_is_answered_by_the_running_service(
@@ -65,17 +27,8 @@ async def test_chat_is_answered_by_the_running_service(
 ) -> None:
     """With `memgate run` up, `chat -m` goes through its agent; `status` shows its live figures."""
     config = service_config(tmp_path, fake_llm, fake_telegram)
-    log = (tmp_path / "run.log").open("wb")
-    service = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
-    )
     socket = tmp_path / "state" / "control.sock"
-    try:
-        live = await wait_for_socket(socket, service)
+    async with memgate_run(config, tmp_path) as (_, live):
         assert live["channels"] == {"telegram": True}
         assert stat.S_IMODE(socket.stat().st_mode) == 0o600
         fake_llm.push(text("Answered by the service."))
@@ -90,10 +43,6 @@ async def test_chat_is_answered_by_the_running_service(
         assert said[-2:] == [("user", "hello"), ("assistant", "Answered by the service.")]
         code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
         assert code == 0 and "service:    running" in out and "telegram up" in out
-    finally:
-        service.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(service.wait(), 30) == 0
-        log.close()
     assert not socket.exists()
     code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
     assert "service:    not running" in out
@@ -216,25 +165,11 @@ async def test_an_answer_a_restart_kept_from_the_terminal_is_shown_first(
     assert (code, out.strip()) == (0, "echo: again"), err  # shown once
 
     keep("kept while attached", "r2")
-    log = (tmp_path / "run.log").open("wb")
-    service = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
-    )
-    socket = tmp_path / "state" / "control.sock"
-    try:
-        await wait_for_socket(socket, service)
+    async with memgate_run(config, tmp_path):
         code, out, err = await memgate(
             "chat", "--config", str(config), "-m", "attached", home=tmp_path
         )
         assert code == 0, err
         assert out.strip() == "(kept from before a restart)\nkept while attached\n\necho: attached"
-    finally:
-        service.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(service.wait(), 30) == 0
-        log.close()
     code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
     assert "delivery:   0 answer(s) owed, 0 interrupted turn(s)" in out

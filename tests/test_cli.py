@@ -4,33 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pty
-import select
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from tests.conftest import converse, memgate
 from tests.fakes.llm import FakeLLM, text
-
-
-async def memgate(
-    *args: str, home: Path, env: dict[str, str] | None = None
-) -> tuple[int, str, str]:
-    """Run the real CLI as a subprocess (the fake LLM keeps serving on this loop meanwhile)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MEMGATE_HOME": str(home), **(env or {})},
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_init_writes_templates_and_never_overwrites(tmp_path: Path) -> None:
@@ -143,41 +121,3 @@ async def test_first_run_asks_on_a_terminal_and_goes_on(tmp_path: Path, fake_llm
     assert fake_llm.url in config and "model: gpt-4o-mini" in config
     assert oct((home / "config.yaml").stat().st_mode & 0o777) == "0o600"
     assert (home / "workspace" / "SOUL.md").is_file()
-
-
-def converse(
-    args: list[str], answers: list[tuple[str, str]], env: dict[str, str]
-) -> tuple[int, str]:
-    """Run memgate on a pseudo-terminal, answering each prompt when it appears."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,  # no controlling terminal: getpass reads the pty on stdin
-    )
-    os.close(slave)
-    output, pending = "", list(answers)
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                output += chunk.decode(errors="replace")
-            if pending and pending[0][0] in output.rsplit("\n", 1)[-1]:
-                os.write(master, pending.pop(0)[1].encode() + b"\n")
-            if process.poll() is not None and not ready:
-                break
-    finally:
-        os.close(master)
-        if process.poll() is None:
-            process.kill()
-    return process.wait(), output

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from memory.fileio import atomic_write
+from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM
-from tests.test_cli import memgate
 
 
 def write(path: Path, text: str) -> Path:

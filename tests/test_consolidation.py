@@ -11,9 +11,10 @@ from pathlib import Path
 
 from gateway.app import Runtime
 from memory.sessions import SessionStore
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import RuntimeFactory, history_entries, inbound, markers, turns
 from tests.fakes.llm import (
     FakeLLM,
+    conversation_lines,
     error,
     is_consolidation,
     last_user_text,
@@ -24,37 +25,9 @@ from tests.fakes.llm import (
 STAMP = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] ", re.M)
 
 
-def conversation_lines(request: dict) -> list[str]:
-    """The chunk lines of a consolidation request."""
-    prompt = last_user_text(request)
-    chunk = prompt.partition("## Conversation to consolidate\n\n")[2]
-    return [line for line in chunk.splitlines() if STAMP.match(line)]
-
-
-TAG = re.compile(r"\n<!-- memgate:[0-9a-f]{16} -->$")
-
-
-def history_entries(runtime: Runtime) -> list[str]:
-    """HISTORY.md's entries without the job tag consolidation adds under each."""
-    return [TAG.sub("", e) for e in runtime.memory.read_history().split("\n\n") if e.strip()]
-
-
-def markers(path: Path) -> list[int]:
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    return [line["last_consolidated"] for line in lines if line.get("_type") == "consolidated"]
-
-
 def no_retry_delay(runtime: Runtime) -> None:
     consolidator = runtime.consolidator
     consolidator.settings = dataclasses.replace(consolidator.settings, retry_delay=0)
-
-
-async def turns(runtime: Runtime, count: int, chat_id: str = "42", **fields: object) -> None:
-    for index in range(count):
-        reply = await runtime.agent.handle(
-            inbound(f"chat {chat_id} turn {index}", chat_id, **fields)
-        )
-        assert reply is not None
 
 
 async def test_below_every_threshold_nothing_is_sent(runtime: Runtime, fake_llm: FakeLLM) -> None:

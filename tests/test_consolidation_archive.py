@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 from gateway.app import Runtime
-from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, is_consolidation, text, tool_call
-from tests.test_consolidation import conversation_lines, history_entries, markers, turns
+from tests.conftest import RuntimeFactory, history_entries, inbound, markers, turns
+from tests.fakes.llm import FakeLLM, conversation_lines, is_consolidation, text, tool_call
 
 
 def archived(runtime: Runtime) -> list[Path]:

@@ -162,7 +162,7 @@ async def test_running_turn_may_finish_within_the_shutdown_grace(
     async with asyncio.timeout(fd.WAIT):
         await started.wait()
     task.cancel()
-    await asyncio.sleep(0.05)  # run() has taken the cancellation before the turn can end
+    await fd.eventually(lambda: not channel.connected)  # run() took the cancellation; turn runs on
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await task

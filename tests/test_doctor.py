@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 
 from memory.fileio import ensure_private_dir
-from tests.conftest import free_port
+from tests.conftest import free_port, memgate
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
-from tests.test_cli import memgate
 
 pytestmark = pytest.mark.timeout(120)
 

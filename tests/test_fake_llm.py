@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import openai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from tests.fakes.llm import FakeLLM, error, text, tool_call
 
@@ -19,7 +20,8 @@ async def test_sdk_parses_text_and_tool_calls(fake_llm: FakeLLM) -> None:
         model="m", messages=[{"role": "user", "content": "hi"}]
     )
     assert first.choices[0].message.content == "hello"
-    call = second.choices[0].message.tool_calls[0]
+    [call] = second.choices[0].message.tool_calls or []
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert call.function.name == "read_file"
     assert call.function.arguments == '{"path": "x"}'
     assert len(fake_llm.requests) == 2

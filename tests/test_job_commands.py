@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from gateway.app import Runtime
 from gateway.control import control_server, request, socket_path
 from gateway.job_tools import JobTools
 from gateway.jobs import JobStore, new_job
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_cli import memgate
 
 UTC = ZoneInfo("UTC")
 ENV = {"OPENAI_API_KEY": "sk-cli-test-key-123456"}
 
 
-def tool_names(body: dict[str, object]) -> list[str]:
+def tool_names(body: dict[str, Any]) -> list[str]:
     tools = body.get("tools") or []
-    return [t["function"]["name"] for t in tools]  # type: ignore[index, union-attr]
+    return [t["function"]["name"] for t in tools]
 
 
 async def test_jobs_command_lists_and_cancels_only_this_chats_jobs(
@@ -50,7 +50,12 @@ async def test_a_group_chat_cannot_schedule(
 ) -> None:
     """A group is not offered the schedule tool; with shared memory it is offered but refused,
     and /jobs in a group says jobs are for private chats."""
-    group = {"is_group": True, "mentioned": True, "channel": "telegram", "chat_id": "-100"}
+    group: dict[str, Any] = {
+        "is_group": True,
+        "mentioned": True,
+        "channel": "telegram",
+        "chat_id": "-100",
+    }
     async with make_runtime() as runtime:
         await runtime.agent.handle(inbound("remind us at noon", **group))
         assert "schedule" not in tool_names(fake_llm.chat_requests()[-1])

@@ -78,7 +78,7 @@ def test_bad_jobs_are_refused_with_the_reason(fields: dict[str, str], says: str)
     """Each malformed request is refused with a message naming what is wrong."""
     now = datetime(2026, 12, 1, 9, 0, tzinfo=BERLIN).timestamp()
     with pytest.raises(JobError, match=says):
-        new_job(session="t:1", channel="t", chat_id="1", now=now, tz=BERLIN, **fields)  # type: ignore[arg-type]
+        new_job(session="t:1", channel="t", chat_id="1", now=now, tz=BERLIN, **fields)
 
 
 def test_interval_keeps_its_rhythm_after_a_long_stop() -> None:

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from memory.consolidate import Job
-from tests.conftest import RuntimeFactory, free_port, inbound
+from tests.conftest import RuntimeFactory, free_port, inbound, memgate
 from tests.fakes.llm import FakeLLM, error
-from tests.test_cli import memgate
 
 CASES = [
     (

@@ -12,8 +12,8 @@ import yaml
 from gateway.config_file import parse_config
 from gateway.errors import ConfigError
 from memory.fileio import ensure_private_dir
+from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM
-from tests.test_cli import memgate
 
 pytestmark = pytest.mark.timeout(120)
 

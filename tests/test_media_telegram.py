@@ -18,9 +18,8 @@ from PIL import Image
 from gateway.app import Runtime
 from tests.conftest import RuntimeFactory
 from tests.fakes.llm import FakeLLM, error, image_parts, last_user_text
-from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram, make_channel, running
 from tests.samples import jpeg, ogg_opus, pdf
-from tests.test_telegram import make_channel, running
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ from gateway.app import Runtime
 from gateway.status import describe
 from memory.consolidate import Job
 from memory.sessions import SessionStore
-from tests.conftest import ManualClock, RuntimeFactory, inbound
+from tests.conftest import ManualClock, RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, text, tool_call
-from tests.test_cli import memgate
 
 CHAT = re.compile(r"chat (\S+) turn")
 

@@ -23,8 +23,7 @@ from tests.fakes.discord_api import (
     serving,
 )
 from tests.fakes.llm import FakeLLM, last_user_text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.test_telegram import make_channel, running
+from tests.fakes.telegram_api import FakeTelegram, make_channel, running
 
 CODE = re.compile(r"\b[A-HJ-NP-Z2-9]{8}\b")
 

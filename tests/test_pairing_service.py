@@ -2,54 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import memgate, memgate_run, service_config, wait_for_log
 from tests.fakes.llm import FakeLLM, last_user_text
 from tests.fakes.telegram_api import FakeTelegram
-from tests.test_chat_beside_service import service_config, wait_for_socket
-from tests.test_cli import memgate
 
 pytestmark = pytest.mark.timeout(120)
 
 CODE = re.compile(r"\b[A-HJ-NP-Z2-9]{8}\b")
-
-
-@asynccontextmanager
-async def service(config: Path, tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`memgate run` on `config` until the block ends; it must then stop cleanly on SIGTERM."""
-    log = (tmp_path / "run.log").open("wb")
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env={**os.environ, "MEMGATE_HOME": str(tmp_path / "home")},
-    )
-    try:
-        await wait_for_socket(tmp_path / "state" / "control.sock", process)
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0
-        log.close()
-
-
-async def wait_for_log(path: Path, needle: str, count: int = 1) -> str:
-    """Until the service's log holds `needle` `count` times (the log file is all it exposes)."""
-    async with asyncio.timeout(30):
-        # Polling, because a log file has no event to await.
-        while (text := await asyncio.to_thread(path.read_text)).count(needle) < count:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-    return text
 
 
 async def test_cli_approves_lists_and_revokes_while_the_service_runs(
@@ -59,7 +24,7 @@ async def test_cli_approves_lists_and_revokes_while_the_service_runs(
     config = service_config(tmp_path, fake_llm, fake_telegram)
     sent = fake_telegram.sent
     sessions = tmp_path / "workspace" / "sessions"
-    async with service(config, tmp_path) as process:
+    async with memgate_run(config, tmp_path) as (process, _):
         fake_telegram.message("let me in", user_id=666, chat_id=666, username="mallory")
         await fake_telegram.wait_for(lambda: len(sent(666)) == 1)
         [code] = set(CODE.findall(sent(666)[0]["text"]))
@@ -108,7 +73,7 @@ async def test_sighup_reloads_allow_from_without_a_restart(
     )
     sent = fake_telegram.sent
     log = tmp_path / "run.log"
-    async with service(config, tmp_path) as process:
+    async with memgate_run(config, tmp_path) as (process, _):
         fake_telegram.message("before", user_id=777, chat_id=777, username="bob")
         fake_telegram.message("owner here", user_id=42, chat_id=42)
         await fake_telegram.wait_for(lambda: len(sent(42)) == 1)

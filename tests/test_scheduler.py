@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -113,6 +114,10 @@ async def settled(runtime: Runtime, clock: ManualClock, until: float | None = No
     async with asyncio.timeout(10):
         await runtime.scheduler.wait_for(lambda: runtime.scheduler.idle)
     await clock.idle_until(until)
+
+
+def echoed(telegram: FakeTelegram, word: str) -> bool:
+    return f"echo: {word}" in texts(telegram)
 
 
 def texts(telegram: FakeTelegram) -> list[str]:
@@ -250,7 +255,7 @@ async def test_a_scheduled_turn_and_a_message_never_interleave(
         assert summary.next_run is not None
         for word in ("one", "two"):  # earlier conversation, for consolidation to take
             fake_telegram.message(word)
-            await fake_telegram.wait_for(lambda w=word: f"echo: {w}" in texts(fake_telegram))
+            await fake_telegram.wait_for(partial(echoed, fake_telegram, word))
         fake_telegram.message("hello")
         await fake_llm.wait_for_requests(3, "chat")
         await clock.advance(summary.next_run - clock.now)
@@ -291,7 +296,7 @@ async def test_undeliverable_text_is_retried_then_the_job_is_paused_with_the_rea
 
         for attempt in range(1, 4):
             async with asyncio.timeout(10):
-                await scheduler.wait_for(lambda a=attempt: failed(a))
+                await scheduler.wait_for(partial(failed, attempt))
             kept = scheduler.store.get(made.id)
             assert kept is not None and kept.retry_at is not None and not kept.paused
             await clock.idle_until(kept.retry_at)

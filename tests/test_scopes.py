@@ -37,8 +37,7 @@ from tests.fakes.discord_api import (
     serving,
 )
 from tests.fakes.llm import FakeLLM, parallel, text, tool_call
-from tests.fakes.telegram_api import TOKEN, FakeTelegram
-from tests.test_telegram import running  # the channel's own start-and-stop helper
+from tests.fakes.telegram_api import TOKEN, FakeTelegram, running
 
 MEMORY_SECRET = "owner-memory-secret-1f3a"
 USER_SECRET = "owner-user-md-secret-8c2d"

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_search import line_of, write_corpus
-
-
-def tool_results(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m.get("role") == "tool"]
+from tests.corpus import line_of, write_corpus
+from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
 
 
 async def test_turn_searches_then_reads_the_lines(

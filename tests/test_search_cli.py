@@ -6,10 +6,9 @@ from datetime import UTC
 from pathlib import Path
 
 from memory.files import MemoryFiles
+from tests.conftest import memgate
+from tests.corpus import CAR, line_of, write_corpus
 from tests.fakes.llm import FakeLLM, error
-from tests.test_cli import memgate
-from tests.test_search import line_of, write_corpus
-from tests.test_search_vectors import CAR
 
 
 async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) -> None:

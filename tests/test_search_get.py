@@ -15,7 +15,7 @@ from memory.errors import SearchPathError
 from memory.search import Hit, MemorySearch
 from memory.search_display import format_hits, terminal_progress
 from memory.search_tools import SEARCH_PROMPT, search_tools
-from tests.test_search import archived_path, line_of, write_corpus
+from tests.corpus import archived_path, line_of, write_corpus
 
 
 @pytest.fixture

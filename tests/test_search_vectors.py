@@ -14,11 +14,8 @@ from gateway.provider import OpenAIEmbedder
 from memory.files import MemoryFiles
 from memory.search import MemorySearch
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM, error, text, tool_call
-from tests.test_search import write_corpus
-from tests.test_search_agent import tool_results
-
-CAR = "[2026-01-20 18:00] Alice sold her old car to a colleague and now cycles to work."
+from tests.corpus import CAR, write_corpus
+from tests.fakes.llm import FakeLLM, error, text, tool_call, tool_results
 
 
 @pytest.fixture

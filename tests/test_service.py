@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, memgate, wait_for_log
 from tests.fakes.discord_api import (
     ALICE,
     DM,
@@ -139,7 +139,7 @@ async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
         fake_telegram.message("a slow question", chat_id=42, user_id=42)
         await fake_llm.wait_for_requests(3, kind="chat", within=30)
         process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
+        await wait_for_log(log, "received SIGTERM; stopping")  # mid-turn, the stop has begun
         release.set()
         assert await asyncio.wait_for(process.wait(), 60) == 0
     finally:
@@ -172,15 +172,9 @@ async def test_run_without_channels_exits_78(tmp_path: Path) -> None:
     """With no channel enabled, `memgate run` refuses with 78 and says how to enable one."""
     config = tmp_path / "config.yaml"
     config.write_text(f"workspace: {tmp_path / 'ws'}\nllm:\n  api_key: x\n")
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 78
-    assert b"channels.telegram.enabled: true" in err
+    code, _, err = await memgate("run", "--config", str(config), home=tmp_path / "home")
+    assert code == 78
+    assert "channels.telegram.enabled: true" in err
 
 
 async def test_a_channel_refusing_the_configuration_exits_78(
@@ -202,13 +196,7 @@ channels:
     gateway_url: {fake_discord.gateway_url}
 """
     )
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "run", "--config", str(config)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 78
-    last = err.decode().strip().splitlines()[-1]
+    code, _, err = await memgate("run", "--config", str(config), home=tmp_path / "home")
+    assert code == 78
+    last = err.strip().splitlines()[-1]
     assert last.startswith("memgate: configuration error:") and "MESSAGE CONTENT" in last

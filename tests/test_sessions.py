@@ -6,6 +6,7 @@ import json
 import logging
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -111,7 +112,7 @@ async def test_cache_is_bounded_but_live_sessions_are_shared(tmp_path: Path) -> 
 
 def test_history_window_is_legal() -> None:
     """The window starts at a user message and pairs every tool call with its result."""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "tool", "tool_call_id": "orphan", "content": "x"},
         {"role": "assistant", "content": "dangling"},
         {"role": "user", "content": "q"},

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import converse
 from tests.fakes.llm import FakeLLM, error
-from tests.test_cli import converse
 
 
 async def test_first_run_offers_to_fix_a_refused_model(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import importlib.util
 import json
 import logging
 import warnings
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +15,26 @@ import pytest
 
 import channels.telegram
 import channels.telegram_delivery
-from channels.base import ChannelConfigError, ChatCommands
+from channels.base import ChannelConfigError
 from channels.telegram import TelegramChannel
 from channels.telegram_connect import TelegramConfigError
 from channels.utf16 import utf16_length
 from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import command_menu, greeting
 from gateway.config import TelegramConfig
 from gateway.config_file import load_config
 from gateway.errors import ConfigError
 from gateway.logs import RedactingFilter
+from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, last_user_text, text
-from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
+from tests.fakes.telegram_api import (
+    BOT,
+    TOKEN,
+    FakeTelegram,
+    Recorder,
+    make_channel,
+    running,
+)
 
 pytestmark = [
     # PTB 22 warns that RetryAfter.retry_after will become a timedelta when it builds one from
@@ -40,75 +45,11 @@ pytestmark = [
     ),
 ]
 
-Reply = Callable[[InboundMessage], str | None]
-
-
-class Recorder:
-    """A handler that records what it is given and answers `reply(message)`."""
-
-    def __init__(self, reply: Reply = lambda m: f"echo: {m.text}", delay: float = 0.0) -> None:
-        self.seen: list[InboundMessage] = []
-        self.reply = reply
-        self.delay = delay
-
-    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
-        self.seen.append(message)
-        await asyncio.sleep(self.delay)
-        text = self.reply(message)
-        return None if text is None else OutboundMessage("telegram", message.chat_id, text)
-
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
+def fake(fake_telegram: FakeTelegram) -> FakeTelegram:
     """The fake Bot API; `fake.url` and `fake.file_url` are PTB's base URLs."""
-    server, runner = await start_fake_telegram()
-    try:
-        yield server
-    finally:
-        await runner.cleanup()
-
-
-def make_channel(
-    fake: FakeTelegram, tmp_path: Path, handler: Any, **options: Any
-) -> TelegramChannel:
-    """A channel on the fake; options are TelegramConfig keys or the constructor's own."""
-    own = {k: options.pop(k) for k in ("pairing", "commands") if k in options}
-    settings = TelegramConfig(
-        token=options.pop("token", TOKEN),
-        base_url=fake.url,
-        base_file_url=fake.file_url,
-        allow_from=options.pop("allow_from", ["42"]),
-        dm_policy=options.pop("dm_policy", "allowlist"),
-        **{k: options.pop(k) for k in list(options) if k in TelegramConfig.model_fields},
-    )
-    return TelegramChannel(
-        handler,
-        settings,
-        workspace=options.pop("workspace", tmp_path / "workspace"),
-        state_dir=tmp_path / "state",
-        shutdown_grace=options.pop("shutdown_grace", 1.0),
-        commands=own.pop("commands", ChatCommands(command_menu(), greeting())),
-        **own,
-        **options,
-    )
-
-
-@contextlib.asynccontextmanager
-async def running(channel: TelegramChannel) -> AsyncIterator[TelegramChannel]:
-    """Run the channel until the block ends, then cancel it and wait for its clean stop."""
-    task = asyncio.create_task(channel.run())
-    try:
-        async with asyncio.timeout(10):
-            while not channel.connected:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.01)
-        yield channel
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    assert not channel.connected
+    return fake_telegram
 
 
 async def test_allowed_user_is_answered_in_their_chat(fake: FakeTelegram, tmp_path: Path) -> None:
@@ -272,8 +213,7 @@ async def test_flood_control_waits_then_delivers_once(fake: FakeTelegram, tmp_pa
     handler = Recorder()
     async with running(make_channel(fake, tmp_path, handler)):
         fake.message("hello")
-        await fake.wait_sent(1)
-        await asyncio.sleep(0.2)  # room for a wrong second delivery to show up
+        await handler.wait_delivered(1)  # its delivery is over: no second send of it can follow
     assert [c.status for c in fake.calls_to("sendMessage")] == [429, 200]
     assert fake.penalty_violations == 0
     assert len(fake.sent()) == 1
@@ -400,18 +340,27 @@ async def test_typing_runs_while_the_handler_works_and_stops(
     monkeypatch.setattr(channels.telegram_delivery, "TYPING_EVERY", 0.05)
     release = asyncio.Event()
 
+    def typing(chat_id: int) -> list[Any]:
+        return [c for c in fake.calls_to("sendChatAction") if c.params["chat_id"] == chat_id]
+
     async def slow(message: InboundMessage) -> OutboundMessage:
         await release.wait()
         return OutboundMessage("telegram", message.chat_id, "done")
 
-    async with running(make_channel(fake, tmp_path, slow)):
+    async with running(make_channel(fake, tmp_path, slow, allow_from=["42", "7"])):
         fake.message("think hard")
-        await fake.wait_for(lambda: len(fake.calls_to("sendChatAction")) >= 3)
+        await fake.wait_for(lambda: len(typing(42)) >= 3)
         release.set()
         await fake.wait_sent(1)
-        typed = len(fake.calls_to("sendChatAction"))
-        await asyncio.sleep(0.3)
-        assert len(fake.calls_to("sendChatAction")) == typed
+        typed = len(typing(42))
+        # A second chat's turn types on the same beat: once it has typed three times, a typing
+        # loop left running for chat 42 would have typed again meanwhile.
+        release.clear()
+        fake.message("think again", chat_id=7, user_id=7)
+        await fake.wait_for(lambda: len(typing(7)) >= 3)
+        assert len(typing(42)) == typed
+        release.set()
+        await fake.wait_sent(2)
 
 
 async def test_a_second_message_is_handled_while_a_turn_runs(
@@ -535,13 +484,7 @@ def journaled(tmp_path: Path) -> list[dict[str, Any]]:
 
 def pending_ids(tmp_path: Path) -> set[int]:
     """Update ids the journal would replay: received, with no done line after them."""
-    pending: set[int] = set()
-    for record in journaled(tmp_path):
-        if "done" in record:
-            pending.discard(record["done"])
-        else:
-            pending.add(record["update"]["update_id"])
-    return pending
+    return telegram_inbox_pending(tmp_path / "state")
 
 
 def raw_message(update_id: int, text: str, *, message_id: int | None = None) -> dict[str, Any]:
@@ -696,10 +639,10 @@ async def test_a_send_failing_once_with_a_5xx_is_retried(
     """A 502 on sendMessage is tried again after a short backoff, and the reply arrives once."""
     monkeypatch.setattr(channels.telegram_delivery, "SEND_BACKOFF", 0.01)
     fake.fail_next("sendMessage", 502, "Bad Gateway")
-    async with running(make_channel(fake, tmp_path, Recorder())):
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler)):
         fake.message("hello")
-        await fake.wait_sent(1)
-        await asyncio.sleep(0.1)  # room for a wrong second delivery to show up
+        await handler.wait_delivered(1)  # its delivery is over: no second send of it can follow
     assert [c.status for c in fake.calls_to("sendMessage")] == [502, 200]
     assert [p["text"] for p in fake.sent()] == ["echo: hello"]
     assert "trying again chat_id=42 error=Bad Gateway" in caplog.text

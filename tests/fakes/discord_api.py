@@ -325,8 +325,8 @@ class FakeDiscord:
         """Every request to `method path`, whatever its status."""
         return [r for r in self.requests if r.method == method and r.path == path]
 
-    async def wait_for(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds; checked after every request and gateway event."""
+    async def wait_for(self, predicate: Callable[[], object]) -> None:
+        """Wait until `predicate()` holds (is truthy); checked after every request and gateway event."""
         async with asyncio.timeout(WAIT), self._changed:
             await self._changed.wait_for(predicate)
 

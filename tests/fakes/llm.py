@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.serving import serve_until_interrupted
+
 Reply = dict[str, Any]
 Responder = Callable[[dict[str, Any]], Awaitable[Reply | web.StreamResponse] | Reply]
 
@@ -81,6 +83,20 @@ def last_user_text(body: dict[str, Any]) -> str:
                 content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
             return str(content or "").rpartition("[end of runtime context]\n\n")[2]
     return ""
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """The contents of the tool results a request carries back to the model, in order."""
+    return [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+
+
+_STAMPED = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] ")
+
+
+def conversation_lines(body: dict[str, Any]) -> list[str]:
+    """The chunk lines (each "[date time] ...") of a consolidation request."""
+    chunk = last_user_text(body).partition("## Conversation to consolidate\n\n")[2]
+    return [line for line in chunk.splitlines() if _STAMPED.match(line)]
 
 
 def image_parts(body: dict[str, Any]) -> list[str]:
@@ -269,6 +285,7 @@ class FakeLLM:
         step = self._next_step(body)
         self.in_flight += 1
         try:
+            reply: Reply | Callable[[dict[str, Any]], Reply]  # a function: called after the hold
             if step is None:
                 if self.default is not None:
                     reply = self.default(body)
@@ -431,10 +448,8 @@ async def start_fake_llm(host: str = "127.0.0.1", port: int = 0) -> tuple[FakeLL
     fake._arrived = asyncio.Condition()
     runner = web.AppRunner(fake.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    sockets = site._server.sockets if site._server else []  # aiohttp has no public accessor
-    bound = sockets[0].getsockname()[1]
+    await web.TCPSite(runner, host, port).start()
+    bound = runner.addresses[0][1]
     fake.url = f"http://{host}:{bound}/v1"
     return fake, runner
 
@@ -445,19 +460,12 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args()
 
-    async def serve() -> None:
+    async def start() -> tuple[web.AppRunner, str]:
         fake, runner = await start_fake_llm(port=args.port)
         fake.delay = args.delay
-        print(f"fake LLM listening on {fake.url} (any api key, any model)", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        return runner, f"fake LLM listening on {fake.url} (any api key, any model)"
 
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    serve_until_interrupted(start)
 
 
 if __name__ == "__main__":

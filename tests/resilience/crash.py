@@ -285,8 +285,8 @@ def audit(
         repeats = [a for a, count in Counter(answers).items() if count > 1]
         report.problems.append(f"{report.repeated} answers repeated (at most {max_repeats}): "
                                f"{repeats[:5]}")  # fmt: skip
-    for answer in set(answers) - answered_in_file:
-        report.problems.append(f"{answer!r} was answered but its lines are not in a session")
+    for unstored in set(answers) - answered_in_file:
+        report.problems.append(f"{unstored!r} was answered but its lines are not in a session")
     for content, count in stored.items():
         if count > 1 and content != "/new":
             report.problems.append(f"{content!r} is stored {count} times")

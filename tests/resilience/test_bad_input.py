@@ -7,6 +7,7 @@ it, what is stored loads back as it was sent, and the user gets an answer where 
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -32,6 +33,10 @@ async def started(make_gateway: GatewayFactory) -> Gateway:
 
 def answers(telegram: FakeTelegram) -> list[str]:
     return [str(p.get("plain")) for p in telegram.sent(CHAT)]
+
+
+def has_answers(telegram: FakeTelegram, count: int) -> bool:
+    return len(answers(telegram)) >= count
 
 
 async def answered(telegram: FakeTelegram, message: str, within: float = 30) -> None:
@@ -143,7 +148,8 @@ async def test_unsupported_message_types_are_ignored_safely(
     """Stickers, locations, polls and the like cost no model call, no download and no error."""
     gateway = await started(make_gateway)
     for kind, payload in UNSUPPORTED.items():
-        fake_telegram.message(None, chat_id=CHAT, user_id=CHAT, **{kind: payload})
+        extra: dict[str, Any] = {kind: payload}
+        fake_telegram.message(None, chat_id=CHAT, user_id=CHAT, **extra)
     edited = {"message_id": 99, "date": 0, "chat": {"id": CHAT, "type": "private"}, "text": "e"}
     fake_telegram.push({"edited_message": {**edited, "edit_date": 1}})
     await answered(fake_telegram, "a plain message")
@@ -185,7 +191,7 @@ async def test_commands_with_arguments(
     ]
     for number, (command, _) in enumerate(expected, start=1):
         fake_telegram.message(command, chat_id=CHAT, user_id=CHAT)
-        await until(lambda n=number: len(answers(fake_telegram)) >= n, 30, command)
+        await until(partial(has_answers, fake_telegram, number), 30, command)
     for (command, start), answer in zip(expected, answers(fake_telegram), strict=True):
         assert answer.startswith(start), (command, answer)
     assert len(fake_llm.chat_requests()) == 2

@@ -1,4 +1,5 @@
-"""Crashes: `memgate run` SIGKILLed 20 times at random moments while 20 chats keep writing.
+"""Crashes: `memgate run` SIGKILLed at random moments (8 times; MEMGATE_CRASH_KILLS to change,
+`make soak` runs 20) while 20 chats keep writing.
 
 Set MEMGATE_CRASH_SEED to replay a run's random choices (the seed is printed and named in every
 failure). Two deterministic tests place a kill where a message was once lost: after Telegram
@@ -12,8 +13,10 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tests.fakes.llm import FakeLLM, start_fake_llm, text
 from tests.fakes.telegram_api import BOT, FakeTelegram, start_fake_telegram
@@ -21,7 +24,7 @@ from tests.resilience.conftest import GatewayFactory
 from tests.resilience.crash import CrashReport, crash_run
 from tests.resilience.harness import read_sessions, until
 
-KILLS = 20
+KILLS = int(os.environ.get("MEMGATE_CRASH_KILLS") or 8)  # each kill costs a start: ~3 s
 CHATS = 20
 
 
@@ -56,9 +59,9 @@ def crash_report(tmp_path_factory: pytest.TempPathFactory) -> CrashReport:
     return asyncio.run(run())
 
 
-@pytest.mark.timeout(240)
-def test_twenty_kills_break_no_promise(crash_report: CrashReport) -> None:
-    """After 20 kills: every message answered, at most two repeats per kill, JSONL valid,
+@pytest.mark.timeout(600)
+def test_kills_break_no_promise(crash_report: CrashReport) -> None:
+    """After the kills: every message answered, at most two repeats per kill, JSONL valid,
     MEMORY.md whole, nothing stored twice."""
     report = crash_report
     assert report.kills == KILLS and report.starts == KILLS + 1, report.summary()
@@ -67,7 +70,7 @@ def test_twenty_kills_break_no_promise(crash_report: CrashReport) -> None:
     assert report.torn_tails == 0, f"seed {report.seed}: a session ends in a torn line"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_no_message_is_lost_across_kills(crash_report: CrashReport) -> None:
     """Every message pushed to the Bot API is in a session file after the kills."""
     assert crash_report.lost == [], f"seed {crash_report.seed}: {crash_report.summary()}"
@@ -117,7 +120,7 @@ async def test_a_message_whose_photo_is_downloading_survives_a_kill(
     release = asyncio.Event()
     serve_file = fake_telegram._api_getFile
 
-    async def slow_get_file(params: dict) -> object:
+    async def slow_get_file(params: dict[str, Any]) -> dict[str, Any] | web.Response:
         await release.wait()
         return await serve_file(params)
 

@@ -115,10 +115,10 @@ async def test_a_kill_between_storing_and_sending_an_answer_sends_it_after_resta
     serve = fake_telegram._api_sendMessage
     arrived = asyncio.Event()
 
-    async def never_answer(params: dict[str, Any]) -> object:
+    async def never_answer(params: dict[str, Any]) -> dict[str, Any]:
         arrived.set()
         await asyncio.Event().wait()  # Telegram never answers: the kill comes first
-        return None
+        raise AssertionError("unreachable: the wait above never ends")
 
     fake_telegram._api_sendMessage = never_answer  # type: ignore[method-assign]
     fake_llm.push(text("the owed answer"), match=_chat)

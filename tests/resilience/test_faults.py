@@ -15,6 +15,7 @@ import pytest
 
 from channels.telegram_delivery import SEND_ATTEMPTS
 from channels.utf16 import utf16_length
+from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, Reply, error, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.conftest import GatewayFactory
@@ -230,7 +231,8 @@ async def test_flood_control_is_waited_out_and_delivers_once(
     gateway = await started(make_gateway)
     fake_telegram.fail_next("sendMessage", 429, "Too Many Requests: retry after 2", retry_after=2)
     assert await ask(fake_telegram, "flooded") == "echo: flooded"
-    await asyncio.sleep(0.5)
+    # Once its done line is written the reply's delivery is over: a second send would be before.
+    await until(lambda: not telegram_inbox_pending(gateway.state_dir), 10, "the inbox done line")
     assert [p.get("plain") for p in fake_telegram.sent(CHAT)].count("echo: flooded") == 1
     assert fake_telegram.penalty_violations == 0
     assert "telegram flood control chat_id=42 retry_after=2" in gateway.log()
@@ -247,17 +249,22 @@ async def test_a_send_that_times_out_is_logged_and_not_sent_twice(
     held = asyncio.Event()
 
     async def slow_send(params: dict[str, Any]) -> Any:
-        if not held.is_set():
-            held.set()
-            await asyncio.sleep(6.5)
-        return await deliver(params)
+        if held.is_set():
+            return await deliver(params)
+        held.set()
+        # Telegram takes the message, but its answer comes after python-telegram-bot's 5 s
+        # timeout (if the client is still there): sending it again would show it twice.
+        answer = await deliver(params)
+        await asyncio.sleep(6.5)
+        return answer
 
     fake_telegram._api_sendMessage = slow_send  # type: ignore[method-assign]
     fake_telegram.message("answer into a timeout", chat_id=CHAT, user_id=CHAT)
     await until(lambda: "telegram send failed" in gateway.log(), 30, "the timeout in the log")
     assert "Timed out" in gateway.log()
     await survives(gateway)
-    await asyncio.sleep(1.5)  # the held call completes on the fake's side meanwhile
+    # Its done line is written once the send is given up: no second send of it can follow.
+    await until(lambda: not telegram_inbox_pending(gateway.state_dir), 10, "the inbox done line")
     sent = [p.get("plain") for p in fake_telegram.sent(CHAT)]
-    assert sent.count("echo: answer into a timeout") <= 1
+    assert sent.count("echo: answer into a timeout") == 1
     assert_intact(before, gateway.workspace)

@@ -118,8 +118,10 @@ async def test_a_prompt_injected_model_reads_no_secret_and_none_leaks(
     for number, request in enumerate(fake_llm.requests):
         body = {k: v for k, v in request.items() if k != "_headers"}
         places[f"LLM request {number}"] = json.dumps(body, ensure_ascii=False)
-    for number, call in enumerate(fake_telegram.calls):
-        places[f"Bot API call {number} {call.method}"] = json.dumps(call.params, ensure_ascii=False)
+    for number, api_call in enumerate(fake_telegram.calls):
+        places[f"Bot API call {number} {api_call.method}"] = json.dumps(
+            api_call.params, ensure_ascii=False
+        )
     for path in workspace_files(workspace):
         places[str(path.relative_to(workspace))] = path.read_bytes().decode("utf-8", "replace")
     places["/healthz"], places["/metrics"] = endpoints
