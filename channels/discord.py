@@ -182,6 +182,10 @@ class DiscordChannel:
                 async with asyncio.timeout(_SEND_TIMEOUT):
                     # Only the first piece answers the message; the rest follow it.
                     options: dict[str, Any] = {"reference": reference} if index == 0 else {}
+                    if message.reply_id:
+                        # discord.py sends it with enforce_nonce: Discord returns the message it
+                        # already made for this nonce (within minutes) instead of a second one.
+                        options["nonce"] = piece_nonce(message.reply_id, index)
                     await channel.send(piece, **options)
             except NETWORK_ERRORS as exc:
                 # Stop here: the rest of a reply without its middle would mislead.
@@ -457,3 +461,9 @@ class DiscordChannel:
                 await self._client.close()
         except TimeoutError:
             log.warning("discord client did not close within 10s")
+
+
+def piece_nonce(reply_id: str, index: int) -> str:
+    """The nonce of piece `index` of a stored answer: the same on every resend (at most 25
+    characters, Discord's limit)."""
+    return f"{reply_id[:20]}-{index}"[:25]

@@ -30,7 +30,7 @@ from gateway.logs import redact
 from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
 from gateway.provider import ChatProvider
-from gateway.replay import ReplayAction, find_replay
+from gateway.replay import REPLAY_WINDOW, ReplayAction, find_replay
 from gateway.scope import scope_for
 from gateway.session_lock import SessionLock
 from gateway.tool_steps import close_interrupted, run_tool_step
@@ -286,12 +286,23 @@ class AgentLoop:
             self.keeper.after_rotate(key, archived)
         return NEW_SESSION_REPLY
 
-    async def record_assistant(self, key: str, text: str, extra: dict[str, str]) -> None:
-        """Store an assistant line nobody asked for (a reminder), in order with the turns."""
+    async def job_message(
+        self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
+    ) -> OutboundMessage | None:
+        """Job `job`'s message for its run `run`, stored in order with the turns and owed to
+        its chat. Asked again for the same run (after a kill), it returns the line stored then,
+        or None once that line was delivered: a reminder is stored once and sent once."""
         async with self._session_lock(key):
             session = await self.sessions.get(key)
-            line: dict[str, Any] = {"role": "assistant", "content": text, **extra}
-            await self.sessions.add_messages(session, [line])
+            stored = next(
+                (m for m in reversed(session.messages[-REPLAY_WINDOW:]) if m.get("run") == run),
+                None,
+            )
+            if stored is None:
+                stored = await self.outbox.owe(session, text, job=job, run=run)
+            elif stored.get("reply_id") in session.delivered:
+                return None
+            return self.outbox.reply(session, stored, OutboundMessage(channel, chat_id, text))
 
     async def _status(self, key: str, with_memory: bool) -> str:
         session = await self.sessions.get(key)

@@ -83,6 +83,9 @@ class OutboundMessage:
     reply_to: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)  # e.g. {"thread_id": "7"}
     failed: bool = False  # the text is an apology for an error, not an answer
+    # The stored answer's id, where there is one: a platform that deduplicates by a client key
+    # (Discord's nonce) is given it, so a resend after a restart cannot post the answer twice.
+    reply_id: str | None = None
     # Marks a stored answer delivered; set by whoever recorded the answer as owed (the outbox).
     on_sent: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 

@@ -52,9 +52,12 @@ class Job:
     created: float = 0.0
     last_due: float | None = None  # the due time of the last run recorded (never run twice)
     paused: str | None = None  # why it is paused; None when active
-    pending: str | None = None  # a text made but not yet delivered
+    pending: str | None = None  # a text made whose delivery failed, to be tried again
     failures: int = 0  # delivery attempts of `pending` that failed
     retry_at: float | None = None
+    # The run under way ("job-<id>-<due>"): recorded with the run, cleared once its text is
+    # delivered. One left behind by a kill is finished at the next start, never started afresh.
+    run: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -64,6 +67,8 @@ class Job:
             return None
         if self.pending is not None:
             return self.retry_at
+        if self.run is not None:
+            return self.last_due or 0.0  # a run a kill interrupted: finish it now
         return self.next_run
 
     def describe(self, tz: zoneinfo.ZoneInfo) -> str:

@@ -49,7 +49,7 @@ class Outbox:
             # The session object, not its key: after /new it appends to the archived file.
             await self.sessions.mark_delivered(session, reply_id)
 
-        return replace(outbound, on_sent=delivered)
+        return replace(outbound, reply_id=reply_id, on_sent=delivered)
 
     @staticmethod
     def owed(session: Session) -> list[Message]:

@@ -5,6 +5,12 @@ the job file before its turn starts, so a crash right after a run never repeats 
 due while the process was down runs once if it is at most `grace` seconds late, else it is skipped
 with a log line. A text that cannot be delivered is kept and tried again a few times; then the job
 is paused with the reason, for `memgate jobs list` to show.
+
+What a run makes goes through the outbox like any answer: it is stored in the chat's session as
+owed and marked delivered once the platform took it. The run itself (`Job.run`) stays recorded until
+then, so a kill between making and delivering is finished at the next start: a message already
+stored is sent, not stored again; a turn carries on as any replayed message does (no tool runs
+twice); an answer already marked delivered is not sent again.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ Deliver = Callable[[OutboundMessage], Awaitable[str | None]]
 
 
 class JobAgent(Protocol):
-    """What the scheduler needs of the agent: a turn, and an assistant line stored in order."""
+    """What the scheduler needs of the agent: a turn, and an owed assistant line stored in order."""
 
     async def handle(self, message: InboundMessage) -> OutboundMessage | None: ...
 
-    async def record_assistant(self, key: str, text: str, extra: dict[str, str]) -> None: ...
+    async def job_message(
+        self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
+    ) -> OutboundMessage | None: ...
 
 
 class Scheduler:
@@ -81,7 +89,7 @@ class Scheduler:
         if job is None:
             return None
         now = self.clock()
-        retry = now if job.pending is not None else None
+        retry = now if job.pending is not None or job.run is not None else None
         job = self.store.update(job, paused=None, failures=0, retry_at=retry)
         self._wake.set()
         return job
@@ -116,7 +124,7 @@ class Scheduler:
                 for job in self.store.all():
                     if job.id in self._busy:
                         continue
-                    if job.kind == "at" and job.next_run is None and job.pending is None:
+                    if job.kind == "at" and job.next_run is None and job.pending is job.run is None:
                         # Ran, and the process stopped before its entry was removed.
                         self.store.remove(job.id)
                         continue
@@ -136,8 +144,8 @@ class Scheduler:
 
     def _claim(self, job: Job, now: float) -> Job | None:
         """Record the run (or skip a run missed by too much) before any work; the job to work on."""
-        if job.pending is not None:
-            return job  # a delivery to try again
+        if job.pending is not None or job.run is not None:
+            return job  # a delivery to try again, or a run a kill interrupted
         assert job.next_run is not None
         late = now - job.next_run
         following = next_after(job, now, self.tz)
@@ -154,17 +162,21 @@ class Scheduler:
             else:
                 self.store.update(job, next_run=following, last_due=job.next_run)
             return None
-        self.store.update(job, next_run=following, last_due=job.next_run)
-        return job
+        run = f"job-{job.id}-{int(job.next_run)}"  # also the turn's message id in the session
+        return self.store.update(job, next_run=following, last_due=job.next_run, run=run)
 
     async def _work(self, job: Job, agent: JobAgent, deliver: Deliver) -> None:
         await self._notify()
         try:
-            text = job.pending if job.pending is not None else await self._make(job, agent)
-            if text:
-                await self._deliver(job, text, deliver)
-            elif job.kind == "at":
-                self.store.remove(job.id)
+            # The run's stored answer, owed until the platform takes it; or, when a refusal has
+            # already closed it in the session, the text kept for another attempt.
+            reply = await self._make(job, agent) if job.run is not None else None
+            if reply is None and job.pending is not None:
+                reply = OutboundMessage(job.channel, job.chat_id, job.pending)
+            if reply is not None and reply.text:
+                await self._deliver(job, reply, deliver)
+            else:
+                self._finished(job)
         except Exception:
             log.exception("job failed id=%s session=%s", job.id, job.session)
         finally:
@@ -172,16 +184,19 @@ class Scheduler:
             self._wake.set()
             await self._notify()
 
-    async def _make(self, job: Job, agent: JobAgent) -> str | None:
-        """The text a run produces: the message (stored in the session), or a turn's answer."""
+    async def _make(self, job: Job, agent: JobAgent) -> OutboundMessage | None:
+        """What a run produces, stored in the session as owed: the message, or a turn's answer.
+        None when there is nothing (left) to deliver. Asked again for the same run after a kill,
+        it finds what the first attempt stored instead of making it twice."""
+        assert job.run is not None
         self.runs += 1
         await self._notify()
         log.info("job running id=%s kind=%s session=%s", job.id, job.kind, job.session)
         if job.message is not None:
-            await agent.record_assistant(job.session, job.message, {"job": job.id})
-            return job.message
-        due = int(job.next_run or 0)
-        reply = await agent.handle(
+            return await agent.job_message(
+                job.channel, job.chat_id, job.session, job.message, job.id, job.run
+            )
+        return await agent.handle(
             InboundMessage(
                 channel=job.channel,
                 chat_id=job.chat_id,
@@ -190,23 +205,28 @@ class Scheduler:
                 # Only the owner's private chats can make jobs, so its turns are the owner's.
                 sender_is_owner=True,
                 text=job.prompt or "",
-                message_id=f"job-{job.id}-{due}",  # marks the turn as scheduled in the session
+                message_id=job.run,  # marks the turn as scheduled; a replay finds it by this id
                 session_key=job.session,
             )
         )
-        return reply.text if reply is not None else None
 
-    async def _deliver(self, job: Job, text: str, deliver: Deliver) -> None:
-        problem = await deliver(OutboundMessage(job.channel, job.chat_id, text))
+    def _finished(self, job: Job) -> None:
+        """The run is over (delivered, or nothing to deliver): forget it; a one-off job goes."""
         current = self.store.get(job.id)
+        if current is None:
+            return
+        if current.kind == "at":
+            self.store.remove(job.id)
+        elif current.pending is not None or current.run is not None:
+            self.store.update(current, pending=None, run=None, failures=0, retry_at=None)
+
+    async def _deliver(self, job: Job, reply: OutboundMessage, deliver: Deliver) -> None:
+        problem = await deliver(reply)
+        current = self.store.get(job.id)
+        text = reply.text
         if problem is None:
             log.info("job delivered id=%s session=%s", job.id, job.session)
-            if current is None:
-                return
-            if current.kind == "at":
-                self.store.remove(job.id)
-            elif current.pending is not None:
-                self.store.update(current, pending=None, failures=0, retry_at=None)
+            self._finished(job)
             return
         if current is None:
             log.warning("job undeliverable and since removed id=%s reason=%s", job.id, problem)

@@ -145,9 +145,10 @@ async def test_reminder_two_minutes_ahead_arrives_once_at_its_time(
         await fake_telegram.wait_sent(2)
         await settled(gw.runtime, clock)  # no job left to wait for
         assert texts(fake_telegram) == ["I will remind you at 10:02.", "Call the bank"]
-        reminder = gw.lines()[-1]
+        *_, reminder, mark = gw.lines()
         assert reminder["role"] == "assistant" and reminder["content"] == "Call the bank"
-        assert reminder["job"]
+        assert reminder["job"] and reminder["run"].startswith(f"job-{reminder['job']}-")
+        assert mark == {**mark, "_type": "delivered", "reply_id": reminder["reply_id"]}
         assert gw.runtime.scheduler.jobs() == []
 
 
@@ -219,14 +220,15 @@ async def test_a_job_missed_beyond_grace_is_skipped_with_a_log_line(
     assert len(skipped) == 2 and f"id={once.id}" in skipped[0] + skipped[1]
 
 
-async def test_a_kill_right_after_a_run_never_runs_it_twice(
+async def test_a_kill_during_a_run_finishes_that_run_at_start_and_never_runs_it_twice(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
     """A job's run is recorded before its turn: killed while the turn is under way and started
-    again at once, the job does not run a second time for that due time."""
+    again, the same run is finished (its turn answered and delivered once, as any interrupted
+    message), and the job does not run a second time for that due time."""
     clock = ManualClock(START)
     held = asyncio.Event()
-    fake_llm.push(text("never delivered"), hold=held)
+    fake_llm.push(text("lost with the process"), hold=held)
     async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
         hourly = job(gw.runtime, every="1h", prompt="check the oven")
         assert hourly.next_run is not None
@@ -234,12 +236,56 @@ async def test_a_kill_right_after_a_run_never_runs_it_twice(
         await clock.advance(hourly.next_run - clock.now)
         await fake_llm.wait_for_requests(1, "chat")
     # Killed mid-turn; the next process starts a second later, well within the grace.
+    held.set()
+    fake_llm.push(text("the oven is off"))
     await clock.advance(1)
     async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
-        await clock.idle_until(hourly.next_run + 3600)
-        assert len(fake_llm.chat_requests()) == 1
-    held.set()
-    assert texts(fake_telegram) == []
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock, hourly.next_run + 3600)
+        assert len(fake_llm.chat_requests()) == 2  # the lost answer, then the finished run
+        [kept] = gw.runtime.scheduler.jobs()
+        assert kept.run is None and kept.next_run == hourly.next_run + 3600
+        asked = [m for m in gw.lines() if m.get("role") == "user"]
+        assert [m["content"] for m in asked] == ["check the oven"]  # stored once
+    assert texts(fake_telegram) == ["the oven is off"]
+
+
+async def test_a_kill_between_storing_and_sending_a_reminder_sends_it_once_at_start(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A reminder stored in the session but not yet taken by Telegram when the process dies is
+    sent after the restart, once, stored once, and marked delivered; the one-off job is gone."""
+    clock = ManualClock(START)
+    serve = fake_telegram._api_sendMessage
+    arrived = asyncio.Event()
+
+    async def never_answer(params: dict[str, Any]) -> dict[str, Any]:
+        arrived.set()
+        await asyncio.Event().wait()  # Telegram never answers: the kill comes first
+        raise AssertionError("unreachable: the wait above never ends")
+
+    fake_telegram._api_sendMessage = never_answer  # type: ignore[method-assign]
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+        assert made.next_run is not None
+        await clock.idle_until(made.next_run)
+        await clock.advance(made.next_run - clock.now)
+        await asyncio.wait_for(arrived.wait(), 10)
+        owed = [m for m in gw.lines() if m.get("content") == "Water the plants"]
+        assert len(owed) == 1 and owed[0]["reply_id"]
+    fake_telegram._api_sendMessage = serve  # type: ignore[method-assign]
+    await clock.advance(1)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert gw.runtime.scheduler.jobs() == []
+        lines = gw.lines()
+        stored = [m for m in lines if m.get("content") == "Water the plants"]
+        assert len(stored) == 1
+        delivered = [m for m in lines if m.get("_type") == "delivered"]
+        assert [m["reply_id"] for m in delivered] == [stored[0]["reply_id"]]
+    assert texts(fake_telegram) == ["Water the plants"]
+    assert fake_llm.chat_requests() == []
 
 
 async def test_a_scheduled_turn_and_a_message_never_interleave(

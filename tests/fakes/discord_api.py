@@ -254,6 +254,10 @@ class FakeDiscord:
     # Set: a message POST counts in `held` and waits for it before Discord takes the message.
     send_hold: asyncio.Event | None = None
     held: int = 0
+    # Set: Discord makes the message, then its answer waits for this (a kill meanwhile loses it).
+    answer_hold: asyncio.Event | None = None
+    # Messages made with enforce_nonce, by (channel, nonce): Discord returns the first again.
+    _nonces: dict[tuple[int, str], Json] = field(default_factory=dict)
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
@@ -313,13 +317,21 @@ class FakeDiscord:
 
     # -- reading what happened ---------------------------------------------------------------------
     def sent(self, channel_id: int | None = None) -> list[Json]:
-        """Bodies of messages delivered (2xx) to a channel, or to any channel, in order."""
+        """Bodies of messages delivered (2xx) to a channel, or to any channel, in order; a send
+        Discord deduplicated by its nonce made no message and is not listed."""
         pattern = re.compile(rf"/channels/{channel_id if channel_id else '[0-9]+'}/messages")
-        return [
-            r.body
-            for r in self.requests
-            if r.method == "POST" and r.status < 300 and pattern.fullmatch(r.path)
-        ]
+        made: list[Json] = []
+        nonces: set[tuple[str, str]] = set()
+        for r in self.requests:
+            if r.method != "POST" or r.status >= 300 or not pattern.fullmatch(r.path):
+                continue
+            if isinstance(r.body, dict) and r.body.get("enforce_nonce") and "nonce" in r.body:
+                key = (r.path, str(r.body["nonce"]))
+                if key in nonces:
+                    continue
+                nonces.add(key)
+            made.append(r.body)
+        return made
 
     def calls(self, method: str, path: str) -> list[Request]:
         """Every request to `method path`, whatever its status."""
@@ -390,12 +402,27 @@ class FakeDiscord:
     async def _create_message(self, request: web.Request) -> web.Response:
         body = await request.json()
         channel_id = int(request.match_info["channel_id"])
+        nonce = body.get("nonce")
+        if body.get("enforce_nonce") and nonce is not None:
+            made = self._nonces.get((channel_id, str(nonce)))
+            if made is not None:
+                return _json(made)  # the message this nonce made already; no second one
         if self.send_hold is not None:
             self.held += 1
             async with self._changed:
                 self._changed.notify_all()
             await self.send_hold.wait()
-        return _json(message(channel_id, BOT_USER, body.get("content", "")))
+        made = message(channel_id, BOT_USER, body.get("content", ""))
+        if body.get("enforce_nonce") and nonce is not None:
+            self._nonces[(channel_id, str(nonce))] = made
+        if self.answer_hold is not None:
+            loop_time = asyncio.get_running_loop().time()
+            path = request.path.removeprefix(API_PREFIX)
+            self.requests.append(Request("POST", path, body, 200, loop_time))  # made, and seen
+            self.held += 1
+            await self._notify()
+            await self.answer_hold.wait()
+        return _json(made)
 
     async def _typing(self, request: web.Request) -> web.Response:
         return web.Response(status=204)

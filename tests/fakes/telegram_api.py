@@ -52,11 +52,12 @@ Json = dict[str, Any]
 
 @dataclass
 class Call:
-    """One request: the method, its decoded parameters, the HTTP status answered, and when."""
+    """One request: the method, its decoded parameters, the HTTP status answered (0 while
+    unanswered: a request held until its client gave up is never counted as taken), and when."""
 
     method: str
     params: Json
-    status: int = 200
+    status: int = 0
     at: float = field(default_factory=time.monotonic)
 
 
@@ -301,6 +302,7 @@ class FakeTelegram:
             if isinstance(result, web.Response):
                 call.status = result.status
                 return result
+            call.status = 200
             return web.json_response({"ok": True, "result": result})
         finally:
             await self._notify()
@@ -375,7 +377,8 @@ class FakeTelegram:
         if request.match_info["token"] != TOKEN:
             return web.Response(status=401)
         data = self.contents.get(request.match_info["path"])
-        self.calls.append(Call("download", {"path": request.match_info["path"]}))
+        status = 200 if data is not None else 404
+        self.calls.append(Call("download", {"path": request.match_info["path"]}, status))
         await self._notify()
         return web.Response(body=data) if data is not None else web.Response(status=404)
 

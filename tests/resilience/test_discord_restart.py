@@ -131,3 +131,30 @@ async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_afte
     assert replies(fake_discord, "the owed answer") == 1 and replies(fake_discord, "counted") == 1
     assert (gateway.workspace / "runs.md").read_text() == "runs: ran"
     assert len([b for b in fake_llm.chat_requests() if last_user_text(b) == "owe me"]) == 1
+
+
+@pytest.mark.timeout(120)
+async def test_on_discord_an_answer_made_but_unconfirmed_before_a_kill_is_not_posted_twice(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Any
+) -> None:
+    """Discord made the answer but its reply was lost to a SIGKILL: after the restart the answer is
+    sent again with the same nonce, and Discord, deduplicating by it, keeps one message."""
+    gateway = make_gateway(discord_settings(fake_discord, tmp_path))
+    await start_on_discord(gateway)
+    fake_discord.answer_hold = asyncio.Event()  # the message is made; the answer never comes
+    fake_llm.push(text("made once"), match=lambda body: last_user_text(body) == "once please")
+    await fake_discord.send_message(DM, ALICE, "once please")
+    await fake_discord.wait_for(lambda: fake_discord.held == 1)
+    await gateway.kill()
+    fake_discord.answer_hold = None
+    await start_on_discord(gateway)
+    await answered(fake_discord, "anything else?")  # the replay has been dealt with by then
+    assert await gateway.stop() == 0
+    posts = [
+        r.body
+        for r in fake_discord.requests
+        if r.method == "POST" and isinstance(r.body, dict) and r.body.get("content") == "made once"
+    ]
+    assert len(posts) == 2 and posts[0]["nonce"] == posts[1]["nonce"]  # sent again, same nonce
+    assert replies(fake_discord, "made once") == 1
+    assert len([b for b in fake_llm.chat_requests() if last_user_text(b) == "once please"]) == 1
