@@ -44,7 +44,7 @@ def key_from_file_name(name: str) -> str:
 
 @dataclass
 class Loaded:
-    """What a session file holds, as parsed."""
+    """What a session file holds, as parsed (all of it, or from message `base` on)."""
 
     messages: list[Message]
     last_consolidated: int
@@ -54,21 +54,33 @@ class Loaded:
     torn: bool  # bytes after good_size belong to a line cut short
     key: str | None = None  # from the metadata line
     delivered: set[str] = field(default_factory=set)  # reply ids marked delivered
+    base: int = 0  # position in the file of messages[0]
+    offsets: list[int] = field(default_factory=list)  # byte offset of each message's line
+    marker: int | None = None  # the last consolidation pointer among the parsed lines
+    earlier_owed: list[Message] = field(default_factory=list)  # owed answers before `base`
 
 
-def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
-    """Parse a session file's bytes; only lines ending in a newline count."""
+def parse_session_bytes(
+    data: bytes, origin: str = "<bytes>", *, offset: int = 0, base: int = 0
+) -> Loaded:
+    """Parse a session file's bytes; only lines ending in a newline count.
+
+    `data` may start inside the file, at byte `offset` where message `base` begins (a line start).
+    """
     end = data.rfind(b"\n") + 1
     torn = end < len(data)
     if torn:
         log.warning("ignoring torn last line file=%s bytes=%d", origin, len(data) - end)
     messages: list[Message] = []
-    last_consolidated = 0
+    offsets: list[int] = []
+    marker: int | None = None
     created_at = None
     group = False
     key = None
     delivered: set[str] = set()
+    position = offset
     for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        at, position = position, position + len(raw) + 1
         if not raw.strip():
             continue
         try:
@@ -87,13 +99,14 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
         elif kind == "consolidated":
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
-                last_consolidated = pointer
+                marker = pointer
         elif kind == "delivered":
             if isinstance(record.get("reply_id"), str):
                 delivered.add(record["reply_id"])
         elif "role" in record:
             if well_formed(record):
                 messages.append(record)
+                offsets.append(at)
             else:
                 # Valid JSON of the wrong shape costs only itself, like an unparseable line.
                 log.warning("skipping malformed message file=%s line=%d", origin, number)
@@ -101,13 +114,16 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
             log.warning("skipping unknown record file=%s line=%d", origin, number)
     return Loaded(
         messages,
-        min(last_consolidated, len(messages)),
+        min(marker or 0, base + len(messages)),
         created_at,
         group,
-        end,
+        offset + end,
         torn,
         key,
         delivered,
+        base,
+        offsets,
+        marker,
     )
 
 
