@@ -50,12 +50,12 @@ def index_path(session_path: Path) -> Path:
     return session_path.parent / INDEX_DIR / (session_path.name + ".json")
 
 
-def base_for(pointer: int, messages: int) -> int:
-    """The first message a session loads: the pointer, or earlier to keep the recent ones."""
-    return max(0, min(pointer, messages - KEEP_RECENT))
+def base_for(pointer: int, messages: int, keep: int = KEEP_RECENT) -> int:
+    """The first message a session loads: the pointer, or earlier to keep the `keep` last ones."""
+    return max(0, min(pointer, messages - keep))
 
 
-def load_session(path: Path) -> Loaded:
+def load_session(path: Path, keep: int = KEEP_RECENT) -> Loaded:
     """The session at `path` from its loaded part on; reads the whole file when it must."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -69,7 +69,7 @@ def load_session(path: Path) -> Loaded:
                 return loaded
         handle.seek(0)
         data = handle.read()
-    loaded = trim(parse_session_bytes(data, str(path)))
+    loaded = trim(parse_session_bytes(data, str(path)), keep)
     if loaded.good_size:
         head = data[:_HEAD_LIMIT].split(b"\n", 1)[0]
         tail = data[max(0, loaded.good_size - _TAIL) : loaded.good_size]
@@ -77,9 +77,9 @@ def load_session(path: Path) -> Loaded:
     return loaded
 
 
-def trim(whole: Loaded) -> Loaded:
+def trim(whole: Loaded, keep: int = KEEP_RECENT) -> Loaded:
     """A fully parsed session cut to what a turn can use (from `base_for`)."""
-    base = base_for(whole.last_consolidated, len(whole.messages))
+    base = base_for(whole.last_consolidated, len(whole.messages), keep)
     return Loaded(
         whole.messages[base:],
         whole.last_consolidated,

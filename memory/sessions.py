@@ -33,6 +33,7 @@ from memory.session_file import (
     read_session,
 )
 from memory.session_index import (
+    KEEP_RECENT,
     base_for,
     build_index,
     drop_index,
@@ -106,9 +107,9 @@ class Session:
         self._size = size
         self._torn = False
 
-    def _index_state(self) -> Loaded:
+    def _index_state(self, keep: int) -> Loaded:
         """This session as the index of its file should describe it now."""
-        base = max(self.messages.base, base_for(self.last_consolidated, len(self.messages)))
+        base = max(self.messages.base, base_for(self.last_consolidated, len(self.messages), keep))
         cut = base - self.messages.base
         loaded = self.messages.loaded
         return Loaded(
@@ -130,8 +131,11 @@ class Session:
 class SessionStore:
     """Loads, caches and appends to sessions under `WORKSPACE/sessions/`."""
 
-    def __init__(self, root: Path, tz: tzinfo, cache_size: int = 256) -> None:
+    def __init__(
+        self, root: Path, tz: tzinfo, cache_size: int = 256, keep_recent: int = KEEP_RECENT
+    ) -> None:
         self.root = root
+        self.keep_recent = keep_recent  # messages loaded before the end, whatever the pointer
         self.archive = root / "archive"
         self.tz = tz
         self.cache_size = cache_size
@@ -159,7 +163,8 @@ class SessionStore:
             self._loading[key] = future
             try:
                 path = self.path_for(key)
-                session = Session(key, path, await asyncio.to_thread(load_session, path))
+                loaded = await asyncio.to_thread(load_session, path, self.keep_recent)
+                session = Session(key, path, loaded)
                 self._live[key] = session
                 future.set_result(session)
             except BaseException as exc:
@@ -202,9 +207,10 @@ class SessionStore:
             data = b"".join(lines)
             size = await asyncio.to_thread(append_lines, session.path, data, cut)
             offsets, at = [], size - len(data)
-            for line in lines[len(lines) - len(records) :]:
+            for line in lines:
                 offsets.append(at)
                 at += len(line)
+            offsets = offsets[len(lines) - len(records) :]  # past the metadata line, if any
             session._appended(records, offsets, size)
 
     async def add_messages(self, session: Session, messages: list[Message]) -> None:
@@ -222,7 +228,7 @@ class SessionStore:
         await self.append(session, [marker])
         async with session.lock:
             if session.path.parent == self.root:  # an archived file is read whole, unindexed
-                state = session._index_state()
+                state = session._index_state(self.keep_recent)
                 await asyncio.to_thread(_reindex, session.path, state)
 
     async def mark_delivered(self, session: Session, reply_id: str) -> None:
