@@ -111,40 +111,46 @@ def overhead(bench: Bench, systems: list[System], runs: int) -> list[Row]:
     return rows
 
 
+HISTORY_LABELS = {"consolidated": "all but 10 consolidated", "whole": "none consolidated"}
+
+
 def history(bench: Bench, systems: list[System], runs: int) -> tuple[list[Row], dict[str, Any]]:
-    """b. One turn's cost when the chat's file already holds N messages (10 not consolidated)."""
+    """b. One turn's cost when the chat's file already holds N messages, consolidated or not."""
     params = {"sizes": list(SIZES), "turns": TIMED_TURNS}
     results = repeat(bench, systems, runs, "history", params)
     row = row_maker("b", results)
-    rows = [
-        row(
-            f"b.turn.{n}",
-            f"turn latency, {n:,} stored messages (median of {TIMED_TURNS})",
-            "ms",
-            lambda r, k=str(n): statistics.median(r[k]["turn_ms"]),
-            2,
-        )
-        for n in SIZES
-    ]
-    rows += [
-        row(
-            f"b.cold.{n}",
-            f"first turn after start, {n:,} stored messages (loads the file)",
-            "ms",
-            lambda r, k=str(n): r[k]["cold_ms"],
-        )
-        for n in SIZES
-    ]
-    plot = {
-        name: {
-            "sizes": list(SIZES),
-            "median_ms": [
-                statistics.median(statistics.median(r[str(n)]["turn_ms"]) for r in runs_)
-                for n in SIZES
-            ],
-        }
-        for name, runs_ in results.items()
-    }
+    rows = []
+    for variant, label in HISTORY_LABELS.items():
+        rows += [
+            row(
+                f"b.cold.{variant}.{n}",
+                f"first turn after start (loads the file), {n:,} stored, {label}",
+                "ms",
+                lambda r, v=variant, k=str(n): r[v][k]["cold_ms"],
+                2,
+            )
+            for n in SIZES
+        ]
+        rows += [
+            row(
+                f"b.warm.{variant}.{n}",
+                f"next turns (median of {TIMED_TURNS}), {n:,} stored, {label}",
+                "ms",
+                lambda r, v=variant, k=str(n): statistics.median(r[v][k]["turn_ms"]),
+                2,
+            )
+            for n in SIZES
+        ]
+    plot: dict[str, Any] = {"sizes": list(SIZES), "series": {}}
+    for name, runs_ in results.items():
+        for variant in HISTORY_LABELS:
+            for kind, pick in (
+                ("cold", lambda r, v, n: r[v][str(n)]["cold_ms"]),
+                ("warm", lambda r, v, n: statistics.median(r[v][str(n)]["turn_ms"])),
+            ):
+                plot["series"][f"{name}, {kind}, {variant}"] = [
+                    statistics.median(pick(r, variant, n) for r in runs_) for n in SIZES
+                ]
     return rows, plot
 
 
