@@ -175,6 +175,17 @@ def read_session(path: Path) -> Loaded:
 
 def append_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
+    fd = write_lines(path, lines, cut_at)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
+    """Write `lines` at the end of the file (cutting a torn tail at `cut_at` first), not yet
+    synced; return the open descriptor, which the caller fsyncs and closes."""
     ensure_private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     try:
@@ -191,11 +202,10 @@ def append_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
             # glued onto: take the partial bytes back before reporting the error.
             os.ftruncate(fd, before)
             raise
-        # The lines of one append (a turn's messages, a marker) share this one fsync.
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def move_to_archive(path: Path, archive: Path, stem: str, stamp: str) -> Path:

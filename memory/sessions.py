@@ -12,6 +12,7 @@ stored turn stands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import OrderedDict
@@ -21,11 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memory.message_log import MessageLog
+from memory.session_commit import GroupCommit
 from memory.session_file import (
     SUFFIX,
     Loaded,
     Message,
-    append_lines,
     encode_record,
     file_name,
     key_from_file_name,
@@ -145,6 +146,7 @@ class SessionStore:
         self._loading: dict[str, asyncio.Future[Session]] = {}
         # Sessions moved to the archive by /new that a job may still be working on.
         self._archived: weakref.WeakValueDictionary[Path, Session] = weakref.WeakValueDictionary()
+        self.commits = GroupCommit()  # appends of one loop iteration share a thread hop
 
     def now(self) -> str:
         return datetime.now(self.tz).isoformat(timespec="seconds")
@@ -205,13 +207,26 @@ class SessionStore:
             lines.extend(encode_record(r) for r in records)
             cut = session._size if session._torn else None
             data = b"".join(lines)
-            size = await asyncio.to_thread(append_lines, session.path, data, cut)
-            offsets, at = [], size - len(data)
-            for line in lines:
-                offsets.append(at)
-                at += len(line)
-            offsets = offsets[len(lines) - len(records) :]  # past the metadata line, if any
-            session._appended(records, offsets, size)
+            pending = self.commits.submit(session.path, data, cut)
+            try:
+                size = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                # The lines are being written whatever happens to this turn: keep the session
+                # in step with its file before passing the cancellation on.
+                with contextlib.suppress(Exception):
+                    self._settle(session, records, lines, await pending)
+                raise
+            self._settle(session, records, lines, size)
+
+    @staticmethod
+    def _settle(session: Session, records: list[Message], lines: list[bytes], size: int) -> None:
+        """Record appended `records` (the last of `lines`, ending at `size`) in the session."""
+        offsets, at = [], size - sum(len(line) for line in lines)
+        for line in lines:
+            offsets.append(at)
+            at += len(line)
+        offsets = offsets[len(lines) - len(records) :]  # past the metadata line, if any
+        session._appended(records, offsets, size)
 
     async def add_messages(self, session: Session, messages: list[Message]) -> None:
         """Append messages, stamping each with the current time."""

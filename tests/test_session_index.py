@@ -184,7 +184,8 @@ async def _apply(store: SessionStore, ops: list[tuple[str, Any]], serial: list[i
             answer = {"role": "assistant", "content": value, "reply_id": f"r{serial[0]}"}
             await store.add_messages(session, [answer])
         elif kind == "deliver":
-            await store.mark_delivered(session, f"r{value}")
+            if value <= serial[0]:  # an answer is marked delivered only once it is stored
+                await store.mark_delivered(session, f"r{value}")
         else:  # the pointer only moves forward, by up to `value` messages
             pointer = min(len(session.messages), session.last_consolidated + value)
             await store.mark_consolidated(session, pointer)
