@@ -54,8 +54,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"budget (200 tokens a stored message + 128,000) and, for memgate, `memory.window` above "
         f"the count, so that neither system consolidates; ~50-token messages. A fresh process "
         f"then takes 3 warm-up turns on another chat, one first turn on this chat (cold: it "
-        f"loads the file) and {f.TIMED_TURNS} more (warm). memgate's store also wrote its "
-        f"session index, as it does whenever the consolidation pointer moves.",
+        f"loads the file) and {f.TIMED_TURNS} more (warm); with nothing consolidated, "
+        f"{f.WHOLE_RUNS} run of {f.WHOLE_TURNS} warm turns per system (a turn at 100k takes "
+        f"nanobot about a minute). memgate's store also wrote its session index, as it does "
+        f"whenever the consolidation pointer moves.",
         f"- c: memgate with `memory.window: {f.MEMGATE_WINDOW}`. nanobot 0.1.4.post6 has no "
         f"message window; it consolidates when its token estimate reaches its budget, so its "
         f"context window is set to its own fixed prompt + max_tokens + 1024 + "

@@ -130,7 +130,7 @@ async def history(run: Run) -> dict[str, Any]:
     """Figure b: turn latency on a chat whose file already holds N messages, all but the last 10
     consolidated or none of them under a context window that holds them (so nothing consolidates)."""
     results: dict[str, Any] = {}
-    for variant in workloads.HISTORY_VARIANTS:
+    for variant in run.params.get("variants", workloads.HISTORY_VARIANTS):
         results[variant] = {}
         for count in run.params["sizes"]:
             name = f"b-{variant}-{count}"
