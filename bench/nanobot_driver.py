@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -144,6 +145,7 @@ async def history(run: Run) -> dict[str, Any]:
             )
             SessionManager(run.workdir / name / "workspace").save(session)
             del session
+            gc.collect()  # the writer's objects are not the system's: their collection is not timed
             async with nanobot(run, name, **config) as (_, ask):
                 case = await workloads.history_case(ask, run.params["turns"], count)
             results[variant][str(count)] = case
