@@ -70,7 +70,7 @@ def load_session(path: Path, keep: int = KEEP_RECENT) -> Loaded:
         handle.seek(0)
         data = handle.read()
     loaded = trim(parse_session_bytes(data, str(path)), keep)
-    if loaded.good_size:
+    if loaded.base:  # from the first message on, the whole file is read anyway: no index needed
         head = data[:_HEAD_LIMIT].split(b"\n", 1)[0]
         tail = data[max(0, loaded.good_size - _TAIL) : loaded.good_size]
         save_index(path, build_index(loaded, head, tail))
@@ -160,7 +160,11 @@ def _read_index(path: Path) -> SessionIndex | None:
         log.warning("session index unreadable, reading the whole file file=%s error=%s", path, exc)
         return None
     numbers = (index.size, index.messages, index.pointer, index.base, index.base_offset)
-    if not all(isinstance(n, int) and n >= 0 for n in numbers) or not isinstance(index.owed, list):
+    if not all(isinstance(n, int) and n >= 0 for n in numbers):
+        return None
+    if not (isinstance(index.head, str) and isinstance(index.tail, str)):
+        return None
+    if not (isinstance(index.owed, list) and all(isinstance(m, dict) for m in index.owed)):
         return None
     if index.base > index.messages or index.base_offset > index.size:
         return None

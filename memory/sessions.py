@@ -242,9 +242,12 @@ class SessionStore:
         marker = {"_type": "consolidated", "last_consolidated": pointer, "timestamp": self.now()}
         await self.append(session, [marker])
         async with session.lock:
-            if session.path.parent == self.root:  # an archived file is read whole, unindexed
-                state = session._index_state(self.keep_recent)
-                await asyncio.to_thread(_reindex, session.path, state)
+            state = session._index_state(self.keep_recent)
+            path = session.path
+        # An archived file is read whole; a session loaded from its start needs no index. Written
+        # outside the lock: any index of a prefix of the file stays true while the file grows.
+        if path.parent == self.root and state.base:
+            await asyncio.to_thread(_reindex, path, state)
 
     async def mark_delivered(self, session: Session, reply_id: str) -> None:
         """Record that the stored answer `reply_id` reached its chat: it is no longer owed."""

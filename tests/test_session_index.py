@@ -226,3 +226,11 @@ def test_an_indexed_load_matches_the_whole_file(
 
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(scenario(Path(tmp)))
+
+
+async def test_a_session_loaded_from_its_start_gets_no_index(tmp_path: Path) -> None:
+    """A short session is read whole anyway: neither a marker nor a load writes an index for it."""
+    await _long_session(tmp_path, 50, 40)
+    path = tmp_path / file_name(KEY)
+    assert (await SessionStore(tmp_path, UTC).get(KEY)).messages.base == 0
+    assert not index_path(path).exists()
