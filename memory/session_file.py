@@ -86,10 +86,10 @@ def parse_session_bytes(
         try:
             record = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("skipping corrupt line file=%s line=%d", origin, number)
+            log.warning("skipping corrupt line file=%s %s", origin, _where(number, at, offset))
             continue
         if not isinstance(record, dict):
-            log.warning("skipping non-object line file=%s line=%d", origin, number)
+            log.warning("skipping non-object line file=%s %s", origin, _where(number, at, offset))
             continue
         kind = record.get("_type")
         if kind == "metadata":
@@ -109,9 +109,11 @@ def parse_session_bytes(
                 offsets.append(at)
             else:
                 # Valid JSON of the wrong shape costs only itself, like an unparseable line.
-                log.warning("skipping malformed message file=%s line=%d", origin, number)
+                log.warning(
+                    "skipping malformed message file=%s %s", origin, _where(number, at, offset)
+                )
         else:
-            log.warning("skipping unknown record file=%s line=%d", origin, number)
+            log.warning("skipping unknown record file=%s %s", origin, _where(number, at, offset))
     return Loaded(
         messages,
         min(marker or 0, base + len(messages)),
@@ -125,6 +127,11 @@ def parse_session_bytes(
         offsets,
         marker,
     )
+
+
+def _where(number: int, at: int, offset: int) -> str:
+    """A bad line's place: its line number in a whole read, its byte offset in a partial one."""
+    return f"line={number}" if offset == 0 else f"offset={at}"
 
 
 def well_formed(record: dict[str, Any]) -> bool:
