@@ -48,10 +48,16 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "loopback; the first row is that round trip alone (the system's own provider calling "
         "the fake), the floor under every turn. The p99 target is judged on 1 chat, where "
         "latency is not queueing behind other chats.",
-        f"- b: the session file is written by each system's own session store, all but the last "
-        f"10 messages marked consolidated; a fresh process then takes 3 warm-up turns on another "
-        f"chat, one first turn on this chat (which loads the file) and {f.TIMED_TURNS} timed "
-        f"turns.",
+        f"- b: the session file is written by each system's own session store, either with all "
+        f"but the last 10 messages marked consolidated (what a deployment has) or with none "
+        f"consolidated, under a context window that holds the whole history at under half its "
+        f"budget (200 tokens a stored message + 128,000) and, for memgate, `memory.window` above "
+        f"the count, so that neither system consolidates; ~50-token messages. A fresh process "
+        f"then takes 3 warm-up turns on another chat, one first turn on this chat (cold: it "
+        f"loads the file) and {f.TIMED_TURNS} more (warm); with nothing consolidated, "
+        f"{f.WHOLE_RUNS} run of {f.WHOLE_TURNS} warm turns per system (a turn at 100k takes "
+        f"nanobot about a minute). memgate's store also wrote its session index, as it does "
+        f"whenever the consolidation pointer moves.",
         f"- c: memgate with `memory.window: {f.MEMGATE_WINDOW}`. nanobot 0.1.4.post6 has no "
         f"message window; it consolidates when its token estimate reaches its budget, so its "
         f"context window is set to its own fixed prompt + max_tokens + 1024 + "

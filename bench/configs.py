@@ -21,6 +21,12 @@ def budget(context_window: int = CONTEXT_WINDOW, max_tokens: int = MAX_TOKENS) -
     return context_window - max_tokens - 1024
 
 
+def whole_history_window(messages: int) -> int:
+    """Figure b, history left unconsolidated: a context window that holds `messages` stored
+    messages (~60 tokens each) at under half its budget, so that neither system consolidates."""
+    return max(CONTEXT_WINDOW, 200 * messages + CONTEXT_WINDOW)
+
+
 def memgate_config(
     workspace: Path,
     llm_url: str,

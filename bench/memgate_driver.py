@@ -6,6 +6,7 @@ goes through `AgentLoop.handle`, the entry point its channels call.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from typing import Any
 
 import gateway.cli  # noqa: F401  (a real memgate process has its CLI loaded; counts in figure e)
 from bench import workloads
-from bench.configs import memgate_config
+from bench.configs import memgate_config, whole_history_window
 from bench.protocol import FakeControl, Run, rss_mb, run_driver
 from bench.workloads import Ask
 from gateway.app import Runtime, open_runtime
@@ -72,25 +73,35 @@ async def overhead(run: Run) -> dict[str, Any]:
 
 
 async def history(run: Run) -> dict[str, Any]:
-    """Figure b: turn latency on a chat whose file already holds N messages (all but 10 consolidated)."""
-    results = {}
-    for count in run.params["sizes"]:
-        name = f"b{count}"
-        await _prewrite(_workspace(run.workdir / name), "bench:hist", count)
-        async with memgate(run, name) as (_, ask):
-            await workloads.warm_up(ask)
-            cold = await workloads.timed_turns(ask, "hist", 1, count)
-            warm = await workloads.timed_turns(ask, "hist", run.params["turns"], count + 1)
-        results[str(count)] = {"cold_ms": cold[0], "turn_ms": warm}
+    """Figure b: turn latency on a chat whose file already holds N messages, all but the last 10
+    consolidated (what a deployment has) or none of them under a context window that holds them."""
+    results: dict[str, Any] = {}
+    for variant in run.params.get("variants", workloads.HISTORY_VARIANTS):
+        results[variant] = {}
+        for count in run.params["sizes"]:
+            name = f"b-{variant}-{count}"
+            consolidated = variant == "consolidated"
+            await _prewrite(_workspace(run.workdir / name), "bench:hist", count, consolidated)
+            gc.collect()  # the writer's objects are not the system's: their collection is not timed
+            config: dict[str, Any] = {}
+            if not consolidated:
+                config = {
+                    "context_window": whole_history_window(count),
+                    "memory": {"window": count + 1000},  # no message-count trigger either
+                }
+            async with memgate(run, name, **config) as (_, ask):
+                case = await workloads.history_case(ask, run.params["turns"], count)
+            results[variant][str(count)] = case
     return results
 
 
-async def _prewrite(workspace: Path, key: str, count: int) -> None:
+async def _prewrite(workspace: Path, key: str, count: int, consolidated: bool) -> None:
     """Write the session file through memgate's own store: N messages, then the pointer marker."""
     store = SessionStore(workspace / "sessions", UTC)
     session = await store.get(key)
     await store.append(session, workloads.history_messages(count))
-    await store.mark_consolidated(session, max(0, count - 10))
+    if consolidated:
+        await store.mark_consolidated(session, max(0, count - 10))
 
 
 async def held(run: Run) -> dict[str, Any]:

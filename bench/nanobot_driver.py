@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from nanobot.session.manager import Session, SessionManager
 from nanobot.utils.helpers import sync_workspace_templates
 
 from bench import workloads
-from bench.configs import nanobot_config
+from bench.configs import nanobot_config, whole_history_window
 from bench.protocol import FakeControl, Run, rss_mb, run_driver
 from bench.workloads import Ask
 
@@ -127,22 +128,27 @@ async def overhead(run: Run) -> dict[str, Any]:
 
 
 async def history(run: Run) -> dict[str, Any]:
-    """Figure b: turn latency on a chat whose file already holds N messages (all but 10 consolidated)."""
-    results = {}
-    for count in run.params["sizes"]:
-        name = f"b{count}"
-        _build(run.workdir / name, run.llm)  # its config and workspace
-        # Written by nanobot's own SessionManager, in its format, before the process state below.
-        session = Session(
-            "bench:hist", workloads.history_messages(count), last_consolidated=max(0, count - 10)
-        )
-        SessionManager(run.workdir / name / "workspace").save(session)
-        del session
-        async with nanobot(run, name) as (_, ask):
-            await workloads.warm_up(ask)
-            cold = await workloads.timed_turns(ask, "hist", 1, count)
-            warm = await workloads.timed_turns(ask, "hist", run.params["turns"], count + 1)
-        results[str(count)] = {"cold_ms": cold[0], "turn_ms": warm}
+    """Figure b: turn latency on a chat whose file already holds N messages, all but the last 10
+    consolidated or none of them under a context window that holds them (so nothing consolidates)."""
+    results: dict[str, Any] = {}
+    for variant in run.params.get("variants", workloads.HISTORY_VARIANTS):
+        results[variant] = {}
+        for count in run.params["sizes"]:
+            name = f"b-{variant}-{count}"
+            consolidated = variant == "consolidated"
+            config = {} if consolidated else {"context_window": whole_history_window(count)}
+            _build(run.workdir / name, run.llm, **config)  # its config and workspace
+            # Written by nanobot's own SessionManager, in its format, before the process below.
+            pointer = max(0, count - 10) if consolidated else 0
+            session = Session(
+                "bench:hist", workloads.history_messages(count), last_consolidated=pointer
+            )
+            SessionManager(run.workdir / name / "workspace").save(session)
+            del session
+            gc.collect()  # the writer's objects are not the system's: their collection is not timed
+            async with nanobot(run, name, **config) as (_, ask):
+                case = await workloads.history_case(ask, run.params["turns"], count)
+            results[variant][str(count)] = case
     return results
 
 

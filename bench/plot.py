@@ -20,8 +20,13 @@ COLORS = {"memgate": "#1f77b4", "nanobot": "#d62728"}
 def plot(data: dict, out: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     history = data["history"]
-    for name, series in history.items():
-        left.plot(series["sizes"], series["median_ms"], "o-", color=COLORS[name], label=name)
+    styles = {"cold": "o-", "warm": "s--"}
+    for label, values in history["series"].items():
+        name, kind, variant = label.split(", ")
+        shade = 1.0 if variant == "consolidated" else 0.45
+        left.plot(
+            history["sizes"], values, styles[kind], color=COLORS[name], alpha=shade, label=label
+        )
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("messages already stored in the chat's session file")

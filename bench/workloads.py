@@ -48,6 +48,18 @@ async def concurrent_chats(
     return {"latencies_ms": latencies, "wall_s": time.perf_counter() - started}
 
 
+HISTORY_VARIANTS = ("consolidated", "whole")  # figure b: all but the last 10 consolidated, or none
+
+
+async def history_case(ask: Ask, turns: int, count: int) -> dict[str, Any]:
+    """Figure b on a started system: warm-up turns on another chat, then the first turn on the
+    stored chat (it loads the file: cold) and `turns` more (warm)."""
+    await warm_up(ask)
+    cold = await timed_turns(ask, "hist", 1, count)
+    warm = await timed_turns(ask, "hist", turns, count + 1)
+    return {"cold_ms": cold[0], "turn_ms": warm}
+
+
 async def timed_turns(ask: Ask, chat_id: str, count: int, first: int) -> list[float]:
     """Figure b: latency of `count` turns in one chat, one after another."""
     latencies = []

@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.bus import OutboundMessage
 from memory.session_file import Message
-from memory.sessions import Session, SessionStore, owed_replies
+from memory.sessions import Session, SessionStore
 
 
 class Outbox:
@@ -54,4 +54,4 @@ class Outbox:
     @staticmethod
     def owed(session: Session) -> list[Message]:
         """The answers of `session` still owed to its chat, oldest first."""
-        return owed_replies(session.messages, session.delivered)
+        return session.owed()

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from memory.session_file import Message
+from memory.session_index import KEEP_RECENT
 from memory.sessions import Session, turn_after
 
-REPLAY_WINDOW = 200  # most recent messages searched for a replayed message id
+# Most recent messages searched for a replayed message id: a session always has them loaded.
+REPLAY_WINDOW = KEEP_RECENT
 
 
 class ReplayAction(Enum):

@@ -11,6 +11,7 @@ from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.session_file import parse_session_bytes
+from memory.session_index import load_session
 from memory.sessions import SessionStore, interrupted_turn, owed_replies
 
 
@@ -68,9 +69,9 @@ def describe(config: Config) -> str:
     owed: dict[str, int] = {}
     interrupted: list[str] = []
     for key in keys:
-        loaded = parse_session_bytes(store.path_for(key).read_bytes(), key)
-        pending += len(loaded.messages) - loaded.last_consolidated
-        if count := len(owed_replies(loaded.messages, loaded.delivered)):
+        loaded = load_session(store.path_for(key))  # from the pointer on, through its index
+        pending += loaded.base + len(loaded.messages) - loaded.last_consolidated
+        if count := len(owed_replies([*loaded.earlier_owed, *loaded.messages], loaded.delivered)):
             owed[key] = count
         if interrupted_turn(loaded.messages):
             interrupted.append(key)

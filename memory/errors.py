@@ -7,7 +7,8 @@ MemoryStoreError
 ├── BudgetError           a request cannot be cut to fit the prompt budget
 ├── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
 ├── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
-└── EmbeddingError        the embeddings endpoint failed or answered nonsense (search falls back)
+├── EmbeddingError        the embeddings endpoint failed or answered nonsense (search falls back)
+└── HistoryNotLoadedError a session message before its loaded part was asked for
 """
 
 from __future__ import annotations
@@ -52,3 +53,8 @@ class BudgetError(MemoryStoreError):
         super().__init__(f"the request needs {needed} tokens; the budget is {limit}")
         self.needed = needed
         self.limit = limit
+
+
+class HistoryNotLoadedError(MemoryStoreError, LookupError):
+    """A message before the loaded part of a session was asked for (it is consolidated and stays
+    on disk; whatever needs the whole file reads it itself)."""

@@ -44,7 +44,7 @@ def key_from_file_name(name: str) -> str:
 
 @dataclass
 class Loaded:
-    """What a session file holds, as parsed."""
+    """What a session file holds, as parsed (all of it, or from message `base` on)."""
 
     messages: list[Message]
     last_consolidated: int
@@ -54,30 +54,42 @@ class Loaded:
     torn: bool  # bytes after good_size belong to a line cut short
     key: str | None = None  # from the metadata line
     delivered: set[str] = field(default_factory=set)  # reply ids marked delivered
+    base: int = 0  # position in the file of messages[0]
+    offsets: list[int] = field(default_factory=list)  # byte offset of each message's line
+    marker: int | None = None  # the last consolidation pointer among the parsed lines
+    earlier_owed: list[Message] = field(default_factory=list)  # owed answers before `base`
 
 
-def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
-    """Parse a session file's bytes; only lines ending in a newline count."""
+def parse_session_bytes(
+    data: bytes, origin: str = "<bytes>", *, offset: int = 0, base: int = 0
+) -> Loaded:
+    """Parse a session file's bytes; only lines ending in a newline count.
+
+    `data` may start inside the file, at byte `offset` where message `base` begins (a line start).
+    """
     end = data.rfind(b"\n") + 1
     torn = end < len(data)
     if torn:
         log.warning("ignoring torn last line file=%s bytes=%d", origin, len(data) - end)
     messages: list[Message] = []
-    last_consolidated = 0
+    offsets: list[int] = []
+    marker: int | None = None
     created_at = None
     group = False
     key = None
     delivered: set[str] = set()
+    position = offset
     for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        at, position = position, position + len(raw) + 1
         if not raw.strip():
             continue
         try:
             record = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("skipping corrupt line file=%s line=%d", origin, number)
+            log.warning("skipping corrupt line file=%s %s", origin, _where(number, at, offset))
             continue
         if not isinstance(record, dict):
-            log.warning("skipping non-object line file=%s line=%d", origin, number)
+            log.warning("skipping non-object line file=%s %s", origin, _where(number, at, offset))
             continue
         kind = record.get("_type")
         if kind == "metadata":
@@ -87,28 +99,39 @@ def parse_session_bytes(data: bytes, origin: str = "<bytes>") -> Loaded:
         elif kind == "consolidated":
             pointer = record.get("last_consolidated")
             if isinstance(pointer, int) and pointer >= 0:
-                last_consolidated = pointer
+                marker = pointer
         elif kind == "delivered":
             if isinstance(record.get("reply_id"), str):
                 delivered.add(record["reply_id"])
         elif "role" in record:
             if well_formed(record):
                 messages.append(record)
+                offsets.append(at)
             else:
                 # Valid JSON of the wrong shape costs only itself, like an unparseable line.
-                log.warning("skipping malformed message file=%s line=%d", origin, number)
+                log.warning(
+                    "skipping malformed message file=%s %s", origin, _where(number, at, offset)
+                )
         else:
-            log.warning("skipping unknown record file=%s line=%d", origin, number)
+            log.warning("skipping unknown record file=%s %s", origin, _where(number, at, offset))
     return Loaded(
         messages,
-        min(last_consolidated, len(messages)),
+        min(marker or 0, base + len(messages)),
         created_at,
         group,
-        end,
+        offset + end,
         torn,
         key,
         delivered,
+        base,
+        offsets,
+        marker,
     )
+
+
+def _where(number: int, at: int, offset: int) -> str:
+    """A bad line's place: its line number in a whole read, its byte offset in a partial one."""
+    return f"line={number}" if offset == 0 else f"offset={at}"
 
 
 def well_formed(record: dict[str, Any]) -> bool:
@@ -159,6 +182,17 @@ def read_session(path: Path) -> Loaded:
 
 def append_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
     """Append `lines`, first cutting a torn tail at `cut_at`; return the new file size."""
+    fd = write_lines(path, lines, cut_at)
+    try:
+        os.fsync(fd)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def write_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
+    """Write `lines` at the end of the file (cutting a torn tail at `cut_at` first), not yet
+    synced; return the open descriptor, which the caller fsyncs and closes."""
     ensure_private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
     try:
@@ -175,11 +209,10 @@ def append_lines(path: Path, lines: bytes, cut_at: int | None) -> int:
             # glued onto: take the partial bytes back before reporting the error.
             os.ftruncate(fd, before)
             raise
-        # The lines of one append (a turn's messages, a marker) share this one fsync.
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def move_to_archive(path: Path, archive: Path, stem: str, stamp: str) -> Path:

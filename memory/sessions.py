@@ -2,32 +2,46 @@
 
 A turn appends lines; consolidation appends a marker; nothing rewrites a file in place. Each append
 is one write and one fsync, whatever the number of lines. A torn last line is dropped on load and
-cut off before the next append. Sessions are cached with a bound; a session still referenced by a
-running turn or job is never loaded twice. Also here: the history window the model sees, and where
-a stored turn stands.
+cut off before the next append. A session is loaded from the first message a turn can use, found
+through a small index beside the file (session_index), so its cost does not grow with what is
+already consolidated. Sessions are cached with a bound; a session still referenced by a running
+turn or job is never loaded twice. Also here: the history window the model sees, and where a
+stored turn stands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
+from memory.message_log import MessageLog
+from memory.session_commit import GroupCommit
 from memory.session_file import (
     SUFFIX,
     Loaded,
     Message,
-    append_lines,
     encode_record,
     file_name,
     key_from_file_name,
     move_to_archive,
     read_session,
+)
+from memory.session_index import (
+    KEEP_RECENT,
+    base_for,
+    build_index,
+    drop_index,
+    file_ends,
+    load_session,
+    owed_among,
+    save_index,
 )
 
 log = logging.getLogger(__name__)
@@ -44,12 +58,13 @@ class Counter(Protocol):
 
 
 class Session:
-    """One conversation: its messages in memory, mirrored by its JSONL file."""
+    """One conversation: its messages from `messages.base` on in memory, mirrored by its file."""
 
     def __init__(self, key: str, path: Path, loaded: Loaded) -> None:
         self.key = key
         self.path = path
-        self.messages = loaded.messages
+        self.messages = MessageLog(loaded.base, loaded.messages)
+        self.earlier_owed = loaded.earlier_owed  # owed answers before the loaded part
         self.last_consolidated = loaded.last_consolidated
         self.created_at = loaded.created_at
         self.group = loaded.group  # a group chat: its memory stays out of MEMORY.md
@@ -58,7 +73,8 @@ class Session:
         self.consolidating = asyncio.Lock()  # one consolidation job at a time, live or archived
         self._size = loaded.good_size
         self._torn = loaded.torn
-        self._tokens: list[int | None] = [None] * len(self.messages)
+        self._offsets = loaded.offsets  # byte offset of each loaded message's line
+        self._tokens: list[int | None] = [None] * len(loaded.messages)
 
     @property
     def unconsolidated(self) -> int:
@@ -66,32 +82,61 @@ class Session:
 
     def tokens(self, index: int, counter: Counter) -> int:
         """Token count of message `index`, computed once."""
-        cached = self._tokens[index]
+        slot = index - self.messages.base if index >= 0 else index
+        cached = self._tokens[slot]
         if cached is None:
-            cached = self._tokens[index] = counter.count_message(self.messages[index])
+            cached = self._tokens[slot] = counter.count_message(self.messages[index])
         return cached
 
     def tokens_between(self, start: int, end: int, counter: Counter) -> int:
         return sum(self.tokens(i, counter) for i in range(start, end))
 
-    def _appended(self, records: list[Message], size: int) -> None:
-        for record in records:
+    def owed(self) -> list[Message]:
+        """Stored answers never marked delivered, oldest first."""
+        return owed_replies([*self.earlier_owed, *self.messages], self.delivered)
+
+    def _appended(self, records: list[Message], offsets: list[int], size: int) -> None:
+        for record, offset in zip(records, offsets, strict=True):
             if record.get("_type") == "consolidated":
                 self.last_consolidated = record["last_consolidated"]
             elif record.get("_type") == "delivered":
                 self.delivered.add(record["reply_id"])
             elif record.get("_type") != "metadata":
                 self.messages.append(record)
+                self._offsets.append(offset)
                 self._tokens.append(None)
         self._size = size
         self._torn = False
+
+    def _index_state(self, keep: int) -> Loaded:
+        """This session as the index of its file should describe it now."""
+        base = max(self.messages.base, base_for(self.last_consolidated, len(self.messages), keep))
+        cut = base - self.messages.base
+        loaded = self.messages.loaded
+        return Loaded(
+            loaded[cut:],
+            self.last_consolidated,
+            self.created_at,
+            self.group,
+            self._size,
+            False,
+            self.key,
+            self.delivered,
+            base,
+            self._offsets[cut:],
+            self.last_consolidated,
+            owed_among([*self.earlier_owed, *loaded[:cut]], self.delivered),
+        )
 
 
 class SessionStore:
     """Loads, caches and appends to sessions under `WORKSPACE/sessions/`."""
 
-    def __init__(self, root: Path, tz: tzinfo, cache_size: int = 256) -> None:
+    def __init__(
+        self, root: Path, tz: tzinfo, cache_size: int = 256, keep_recent: int = KEEP_RECENT
+    ) -> None:
         self.root = root
+        self.keep_recent = keep_recent  # messages loaded before the end, whatever the pointer
         self.archive = root / "archive"
         self.tz = tz
         self.cache_size = cache_size
@@ -101,6 +146,7 @@ class SessionStore:
         self._loading: dict[str, asyncio.Future[Session]] = {}
         # Sessions moved to the archive by /new that a job may still be working on.
         self._archived: weakref.WeakValueDictionary[Path, Session] = weakref.WeakValueDictionary()
+        self.commits = GroupCommit()  # appends of one loop iteration share a thread hop
 
     def now(self) -> str:
         return datetime.now(self.tz).isoformat(timespec="seconds")
@@ -119,7 +165,8 @@ class SessionStore:
             self._loading[key] = future
             try:
                 path = self.path_for(key)
-                session = Session(key, path, await asyncio.to_thread(read_session, path))
+                loaded = await asyncio.to_thread(load_session, path, self.keep_recent)
+                session = Session(key, path, loaded)
                 self._live[key] = session
                 future.set_result(session)
             except BaseException as exc:
@@ -159,8 +206,27 @@ class SessionStore:
                 lines.append(encode_record(meta))
             lines.extend(encode_record(r) for r in records)
             cut = session._size if session._torn else None
-            size = await asyncio.to_thread(append_lines, session.path, b"".join(lines), cut)
-            session._appended(records, size)
+            data = b"".join(lines)
+            pending = self.commits.submit(session.path, data, cut)
+            try:
+                size = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                # The lines are being written whatever happens to this turn: keep the session
+                # in step with its file before passing the cancellation on.
+                with contextlib.suppress(Exception):
+                    self._settle(session, records, lines, await pending)
+                raise
+            self._settle(session, records, lines, size)
+
+    @staticmethod
+    def _settle(session: Session, records: list[Message], lines: list[bytes], size: int) -> None:
+        """Record appended `records` (the last of `lines`, ending at `size`) in the session."""
+        offsets, at = [], size - sum(len(line) for line in lines)
+        for line in lines:
+            offsets.append(at)
+            at += len(line)
+        offsets = offsets[len(lines) - len(records) :]  # past the metadata line, if any
+        session._appended(records, offsets, size)
 
     async def add_messages(self, session: Session, messages: list[Message]) -> None:
         """Append messages, stamping each with the current time."""
@@ -169,10 +235,19 @@ class SessionStore:
 
     async def mark_consolidated(self, session: Session, pointer: int) -> None:
         """Move the consolidation pointer by appending a marker."""
-        if not 0 <= pointer <= len(session.messages):
-            raise ValueError(f"pointer {pointer} outside 0..{len(session.messages)}")
+        if not session.messages.base <= pointer <= len(session.messages):
+            raise ValueError(
+                f"pointer {pointer} outside {session.messages.base}..{len(session.messages)}"
+            )
         marker = {"_type": "consolidated", "last_consolidated": pointer, "timestamp": self.now()}
         await self.append(session, [marker])
+        async with session.lock:
+            state = session._index_state(self.keep_recent)
+            path = session.path
+        # An archived file is read whole; a session loaded from its start needs no index. Written
+        # outside the lock: any index of a prefix of the file stays true while the file grows.
+        if path.parent == self.root and state.base:
+            await asyncio.to_thread(_reindex, path, state)
 
     async def mark_delivered(self, session: Session, reply_id: str) -> None:
         """Record that the stored answer `reply_id` reached its chat: it is no longer owed."""
@@ -195,6 +270,7 @@ class SessionStore:
             target = await asyncio.to_thread(
                 move_to_archive, session.path, self.archive, stem, stamp
             )
+            await asyncio.to_thread(drop_index, self.root / file_name(key))
             # Anyone still holding the old object (a running consolidation) now appends to the
             # archived file, and archival finds the same object, so the two never overlap.
             session.path = target
@@ -228,6 +304,16 @@ class SessionStore:
                 except ValueError:
                     continue
         return keys
+
+
+def _reindex(path: Path, state: Loaded) -> None:
+    """Write the index of `path` for `state` (after the pointer moved)."""
+    try:
+        head, tail = file_ends(path, state.good_size)
+    except OSError as exc:
+        log.warning("session index not written file=%s error=%s", path, exc)
+        return
+    save_index(path, build_index(state, head, tail))
 
 
 def history_window(
@@ -289,7 +375,9 @@ INTERRUPTED_TOOL = (
 )
 
 
-def turn_after(messages: list[Message], index: int) -> tuple[list[Message], Message | None, bool]:
+def turn_after(
+    messages: Sequence[Message], index: int
+) -> tuple[list[Message], Message | None, bool]:
     """What follows the user message at `index`: its stored tool steps, its final answer (or None),
     and whether a later user message follows (the turn was left behind, never to be resumed)."""
     steps: list[Message] = []
@@ -314,16 +402,12 @@ def unanswered_calls(steps: list[Message]) -> list[dict[str, Any]]:
     ]
 
 
-def owed_replies(messages: list[Message], delivered: set[str]) -> list[Message]:
+def owed_replies(messages: Iterable[Message], delivered: set[str]) -> list[Message]:
     """Stored answers recorded as owed (they carry a reply id) and never marked delivered."""
-    return [
-        m
-        for m in messages
-        if m.get("role") == "assistant" and m.get("reply_id") and m["reply_id"] not in delivered
-    ]
+    return owed_among(messages, delivered)
 
 
-def interrupted_turn(messages: list[Message]) -> bool:
+def interrupted_turn(messages: Sequence[Message]) -> bool:
     """True when the session ends in stored tool steps: a turn a restart stopped half-way."""
     return bool(messages) and (
         messages[-1].get("role") == "tool" or bool(messages[-1].get("tool_calls"))

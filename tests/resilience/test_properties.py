@@ -9,6 +9,7 @@ import html
 import json
 import re
 import tempfile
+from collections.abc import Iterable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ async def _write(root: Path, items: list[dict[str, Any]]) -> bytes:
     return store.path_for("t:1").read_bytes()
 
 
-def _wire(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _wire(messages: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in messages]
 
 
