@@ -117,11 +117,16 @@ def render(rows: list[Row], versions: dict[str, str], notes: list[str]) -> str:
         "",
     ]
     for target in TARGETS:
-        value = target.value(by_key)
+        try:
+            value = target.value(by_key)
+        except KeyError:  # its figure was not run (`--only`)
+            continue
         verdict = "met" if target.met(value) else "**missed**"
         out.append(f"- {target.text}: {target.shown.format(value)} — {verdict}")
     out += ["", "## Figures", ""]
     for figure, title in FIGURES.items():
+        if not any(r.figure == figure for r in rows):
+            continue
         out += [
             f"### {title}",
             "",
