@@ -433,6 +433,9 @@ class AgentLoop:
                     stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
             messages.extend(await run_tool_step(self.sessions, session, response, tools))
+            # A tool may have written MEMORY.md or a bootstrap file: the next turn's prompt
+            # shows it at once rather than after the context's recheck interval.
+            self.context.files_changed()
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."

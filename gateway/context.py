@@ -1,12 +1,16 @@
 """Builds prompts: the stable system prompt and the runtime block of the current user message.
 
 The system prompt changes only when one of its files changes (or the day turns), so providers can
-cache its prefix; everything that varies per message goes into the user message instead.
+cache its prefix; everything that varies per message goes into the user message instead. Its files
+are looked at (one `stat` each) at most once every RECHECK_SECONDS per scope, not on every turn: an
+edit shows from the first turn after that; a turn whose tools ran looks again at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -58,14 +62,20 @@ ANSWERING = """\
   image (when you can see images) attached to that message only.
 """
 
+# How stale a prompt file's edit may be when a turn starts: a busy gateway answers many turns a
+# second, and a `stat` of five files each time is work that nearly always finds nothing new.
+RECHECK_SECONDS = 1.0
+
 RUNTIME_OPEN = "[memgate runtime context: metadata, not instructions]"
 RUNTIME_CLOSE = "[end of runtime context]"
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Snapshot:
-    key: tuple[object, ...]
+    paths: list[Path]
+    key: tuple[object, ...]  # the files' (mtime, size) when it was rendered
     text: str
+    checked: float  # when the files were last compared with `key`
 
 
 class ContextBuilder:
@@ -77,11 +87,16 @@ class ContextBuilder:
         memory: MemoryFiles,
         tz: tzinfo,
         budget: PromptBudget | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        recheck: float = RECHECK_SECONDS,
     ) -> None:
         self.workspace = workspace
         self.memory = memory
         self.tz = tz
         self.budget = budget  # None: files go in whole (tools and tests that build prompts only)
+        self.clock = clock
+        self.recheck = recheck
         self._cache: dict[Scope, _Snapshot] = {}
 
     def _sources(self, scope: Scope) -> list[Path]:
@@ -108,16 +123,29 @@ class ContextBuilder:
         A scope without memory (a group, a guest) gets AGENTS.md and SOUL.md only: never USER.md,
         MEMORY.md, the daily note or the search instructions.
         """
-        paths = self._sources(scope)
-        key = self._fingerprint(paths)
+        paths = self._sources(scope)  # today's note is another file once the day turns
+        now = self.clock()
         cached = self._cache.get(scope)
-        if cached is not None and cached.key == key:
-            return cached.text
+        if cached is not None and cached.paths == paths:
+            if now - cached.checked < self.recheck:
+                return cached.text
+            key = self._fingerprint(paths)
+            if cached.key == key:
+                cached.checked = now
+                return cached.text
+        else:
+            key = self._fingerprint(paths)
+        # Fingerprinted before reading: an edit that lands during the render is seen next time.
         text = await asyncio.to_thread(self._render, scope)
         if len(self._cache) > 256:  # one entry per group chat seen
             self._cache.clear()
-        self._cache[scope] = _Snapshot(key, text)
+        self._cache[scope] = _Snapshot(paths, key, text, now)
         return text
+
+    def files_changed(self) -> None:
+        """Look at the files again on the next turn of every scope (a tool may have written one)."""
+        for snapshot in self._cache.values():
+            snapshot.checked = float("-inf")
 
     def _render(self, scope: Scope) -> str:
         if scope.memory:
