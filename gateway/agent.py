@@ -365,7 +365,9 @@ class AgentLoop:
         schemas = tools.schemas()
         system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
         fixed = system_tokens + await self._count_fixed(json.dumps(schemas, ensure_ascii=False))
-        fixed += self.counter.count_message(current)
+        # Through the budget's cache, so that checking the first call's request does not count
+        # the current message a second time.
+        fixed += self.budget.size([current])
         available = self.config.llm.budget - fixed
         if available < 0:
             return (
@@ -446,7 +448,8 @@ class AgentLoop:
         cached = self._fixed_counts.get(text)
         if cached is None:
             cached = await self.counter.count_async(text)
-            if len(self._fixed_counts) > 16:
+            # Each group chat has a system prompt of its own (its folder's name is in it).
+            if len(self._fixed_counts) > 512:
                 self._fixed_counts.clear()
             self._fixed_counts[text] = cached
         return cached
