@@ -37,7 +37,9 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "alternate between the systems. Neither logs (memgate's INFO line and nanobot's loguru "
         "output are off).",
         "- memgate is built by `gateway.app.open_runtime` (as `memgate run` does) and messages go "
-        "to `AgentLoop.handle`, which channels call. nanobot is wired as its `nanobot gateway` "
+        "to `AgentLoop.handle`, which channels call, as the owner's (a private chat: the whole "
+        "prompt with MEMORY.md, USER.md and today's note, as nanobot gives every sender). nanobot "
+        "is wired as its `nanobot gateway` "
         "command does (its config loader, provider factory, SessionManager, CronService, "
         "AgentLoop) and messages go through its MessageBus into `AgentLoop.run()`. Each keeps "
         "its default concurrency: memgate `agent.max_concurrency` 8, nanobot "
@@ -48,7 +50,8 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "p99 rests on 100 turns. Latency is the whole turn including the LLM round trip over "
         "loopback; the first row is that round trip alone (the system's own provider calling "
         "the fake), the floor under every turn. The p99 target is judged on 1 chat, where "
-        "latency is not queueing behind other chats.",
+        "latency is not queueing behind other chats. Prompt files are looked at once a second "
+        "at most (as shipped), so most turns do no `stat`.",
         f"- b: the session file is written by each system's own session store, all but the last "
         f"10 messages marked consolidated; a fresh process then takes 3 warm-up turns on another "
         f"chat, one first turn on this chat (which loads the file) and {f.TIMED_TURNS} timed "
@@ -68,7 +71,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
         f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
         f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "
-        f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base.",
+        f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base. "
+        f"memgate keeps its defaults (`memory.window` 100): a run consolidates what is due and "
+        f"fills its call with the following whole turns, short of the newest 4; nanobot "
+        f"consolidates from its full budget down to half of it.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
         f"whole bench took {minutes:.1f} minutes.",
