@@ -2,7 +2,8 @@
 
 Installs nanobot and matplotlib into the bench's own venvs if needed, starts the fake LLM, runs
 figures a-f, prints the Markdown report and writes docs/benchmarks.md and docs/benchmarks.png.
-`--quick` runs each figure once and writes nothing (a smoke test of the harness).
+`--quick` runs each figure once and writes nothing (a smoke test of the harness); `--only a,f`
+runs only the figures named and writes nothing either (for working on one figure).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "alternate between the systems. Neither logs (memgate's INFO line and nanobot's loguru "
         "output are off).",
         "- memgate is built by `gateway.app.open_runtime` (as `memgate run` does) and messages go "
-        "to `AgentLoop.handle`, which channels call. nanobot is wired as its `nanobot gateway` "
+        "to `AgentLoop.handle`, which channels call, as the owner's (a private chat: the whole "
+        "prompt with MEMORY.md, USER.md and today's note, as nanobot gives every sender). nanobot "
+        "is wired as its `nanobot gateway` "
         "command does (its config loader, provider factory, SessionManager, CronService, "
         "AgentLoop) and messages go through its MessageBus into `AgentLoop.run()`. Each keeps "
         "its default concurrency: memgate `agent.max_concurrency` 8, nanobot "
@@ -47,7 +50,8 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "p99 rests on 100 turns. Latency is the whole turn including the LLM round trip over "
         "loopback; the first row is that round trip alone (the system's own provider calling "
         "the fake), the floor under every turn. The p99 target is judged on 1 chat, where "
-        "latency is not queueing behind other chats.",
+        "latency is not queueing behind other chats. Prompt files are looked at once a second "
+        "at most (as shipped), so most turns do no `stat`.",
         f"- b: the session file is written by each system's own session store, either with all "
         f"but the last 10 messages marked consolidated (what a deployment has) or with none "
         f"consolidated, under a context window that holds the whole history at under half its "
@@ -73,7 +77,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
         f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
         f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "
-        f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base.",
+        f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base. "
+        f"memgate keeps its defaults (`memory.window` 100): a run consolidates what is due and "
+        f"fills its call with the following whole turns, short of the newest 4; nanobot "
+        f"consolidates from its full budget down to half of it.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
         f"whole bench took {minutes:.1f} minutes.",
@@ -83,11 +90,20 @@ def notes(plan: Plan, minutes: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
+    parser.add_argument(
+        "--only", default="abcdef", help="figures to run, e.g. a,f (then nothing is written)"
+    )
     args = parser.parse_args()
+    only = set(args.only.replace(",", ""))
+    unknown = only - set("abcdef")
+    if unknown:
+        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to f)")
+    partial = only != set("abcdef")
+    writes = not args.quick and not partial
     plan = Plan(1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
     started = time.monotonic()
     load_start = os.getloadavg()[0]
-    nanobot_py, tools_py = nanobot_python(), tools_python()
+    nanobot_py = nanobot_python()
     versions = {
         "memgate": __version__,
         "nanobot": package_version(nanobot_py, "nanobot-ai"),
@@ -106,38 +122,51 @@ def main() -> None:
     llm.start()
     bench = Bench(llm)
     os.environ["TIKTOKEN_CACHE_DIR"] = bench.env["TIKTOKEN_CACHE_DIR"]  # the counter of figure f
+    fsync: list[str] = []
+    history_plot: dict[str, object] = {}
+    prompt_plot: dict[str, object] = {}
+    rows = []
     try:
-        print("a. overhead per turn", flush=True)
-        rows = figures.overhead(bench, systems, plan.overhead)
-        print("a. the cost of fsync (memgate alone)", flush=True)
-        fsync = durability.summary(asyncio.run(durability.measure(plan.overhead)))
-        print("b. stored history", flush=True)
-        history_rows, history_plot = figures.history(bench, systems, plan.history)
-        print("c. held consolidation", flush=True)
-        rows += history_rows + figures.held(bench, systems, plan.held)
-        print("d. start to first reply", flush=True)
-        rows += startup(bench, systems, plan.startup)
-        print("e. peak RSS", flush=True)
-        rows += figures.rss(bench, systems, plan)
-        print("f. prompt tokens", flush=True)
-        prompt_rows, prompt_plot = figures.prompts(
-            bench, systems, plan.prompts, TokenCounter("gpt-4o-mini")
-        )
-        rows += prompt_rows
-        data = bench.scratch / "plot.json"
-        data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))
-        png = (DOCS if not args.quick else bench.scratch) / "benchmarks.png"
-        subprocess.run(
-            [str(tools_py), "-m", "bench.plot", str(data), str(png)], cwd=REPO, check=True
-        )
+        if "a" in only:
+            print("a. overhead per turn", flush=True)
+            rows += figures.overhead(bench, systems, plan.overhead)
+            print("a. the cost of fsync (memgate alone)", flush=True)
+            fsync = durability.summary(asyncio.run(durability.measure(plan.overhead)))
+        if "b" in only:
+            print("b. stored history", flush=True)
+            history_rows, history_plot = figures.history(bench, systems, plan.history)
+            rows += history_rows
+        if "c" in only:
+            print("c. held consolidation", flush=True)
+            rows += figures.held(bench, systems, plan.held)
+        if "d" in only:
+            print("d. start to first reply", flush=True)
+            rows += startup(bench, systems, plan.startup)
+        if "e" in only:
+            print("e. peak RSS", flush=True)
+            rows += figures.rss(bench, systems, plan)
+        if "f" in only:
+            print("f. prompt tokens", flush=True)
+            prompt_rows, prompt_plot = figures.prompts(
+                bench, systems, plan.prompts, TokenCounter("gpt-4o-mini")
+            )
+            rows += prompt_rows
+        if not partial:
+            data = bench.scratch / "plot.json"
+            data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))
+            png = (DOCS if writes else bench.scratch) / "benchmarks.png"
+            subprocess.run(
+                [str(tools_python()), "-m", "bench.plot", str(data), str(png)], cwd=REPO, check=True
+            )
     finally:
         bench.close()
         llm.stop()
     versions["load"] = f"{load_start:.2f} / {os.getloadavg()[0]:.2f}"
     text = report.render(rows, versions, notes(plan, (time.monotonic() - started) / 60))
-    text += "\n## Durability: what fsync costs figure a\n\n" + "\n".join(fsync) + "\n"
+    if fsync:
+        text += "\n## Durability: what fsync costs figure a\n\n" + "\n".join(fsync) + "\n"
     print(text)
-    if not args.quick:
+    if writes:
         (DOCS / "benchmarks.md").write_text(text, encoding="utf-8")
         print(f"wrote {DOCS / 'benchmarks.md'} and {DOCS / 'benchmarks.png'}", file=sys.stderr)
 

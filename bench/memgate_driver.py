@@ -44,7 +44,10 @@ async def memgate(run: Run, name: str, **config: Any) -> AsyncIterator[tuple[Run
     async with open_runtime(parse_config(raw, root / "config.yaml", env={})) as runtime:
 
         async def ask(chat_id: str, text: str) -> str:
-            reply = await runtime.agent.handle(InboundMessage("bench", chat_id, "user", text))
+            # The owner in a private chat, as nanobot treats every sender: the whole prompt
+            # (MEMORY.md, USER.md, today's note, search) and consolidation into MEMORY.md.
+            message = InboundMessage("bench", chat_id, "user", text, sender_is_owner=True)
+            reply = await runtime.agent.handle(message)
             return reply.text if reply is not None else ""
 
         yield runtime, ask

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -375,22 +374,16 @@ class AgentLoop:
         )
         schemas = tools.schemas()
         system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
-        fixed = system_tokens + await self._count_fixed(json.dumps(schemas, ensure_ascii=False))
-        fixed += self.counter.count_message(current)
-        available = self.config.llm.budget - fixed
-        if available < 0:
+        end = len(session.messages) - 1 if stored is None else stored
+        # One trip to a worker thread for all the tokenizing a turn starts with.
+        fixed, history = await asyncio.to_thread(
+            self._history, session, current, schemas, system_tokens, end
+        )
+        if history is None:
             return (
                 f"Your message is too long for the model ({fixed} tokens with my instructions; "
                 f"the limit is {self.config.llm.budget}). It is kept; please send a shorter one."
             )
-        history = await asyncio.to_thread(
-            history_window,
-            session,
-            self.counter,
-            available,
-            self.config.memory.max_history_messages,
-            len(session.messages) - 1 if stored is None else stored,
-        )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *history,
@@ -399,8 +392,11 @@ class AgentLoop:
         at = len(messages) - 1
         # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
         messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
+        # The history was chosen to fit beside everything else, so the first request needs no
+        # second check, unless a resumed turn's steps came after it.
+        sized = len(messages) == at + 1
         try:
-            reply = await self._tool_loop(session, messages, tools, stats, at)
+            reply = await self._tool_loop(session, messages, tools, stats, at, sized=sized)
             return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
@@ -413,14 +409,21 @@ class AgentLoop:
         tools: ToolRegistry,
         stats: TurnStats,
         current: int,  # index in `messages` of the message this turn answers
+        *,
+        sized: bool = False,  # the first request is known to fit the budget
     ) -> str | None:
         schemas = tools.schemas()
         for _ in range(self.config.agent.max_iterations):
             try:
-                # Every call of the turn is checked: tool results grow the request after the first.
-                request = await asyncio.to_thread(
-                    self.budget.fit, messages, schemas, current=current
+                # Every later call of the turn is checked: tool results grow the request.
+                request = (
+                    messages
+                    if sized
+                    else await asyncio.to_thread(
+                        self.budget.fit, messages, schemas, current=current
+                    )
                 )
+                sized = False
             except BudgetError as exc:
                 log.warning("turn stopped over budget session=%s error=%s", session.key, exc)
                 return (
@@ -444,17 +447,39 @@ class AgentLoop:
                     stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
             messages.extend(await run_tool_step(self.sessions, session, response, tools))
+            # A tool may have written MEMORY.md or a bootstrap file: the next turn's prompt
+            # shows it at once rather than after the context's recheck interval.
+            self.context.files_changed()
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
+
+    def _history(
+        self,
+        session: Session,
+        current: dict[str, Any],
+        schemas: list[dict[str, Any]],
+        system_tokens: int,
+        end: int,
+    ) -> tuple[int, list[Message] | None]:
+        """(tokens of everything but the history, the history that fits beside it); the history
+        is None when the rest alone is over the budget. Tokenizes: run it in a worker thread."""
+        # Through the budget's cache, so a later check of the turn counts neither again.
+        fixed = system_tokens + self.budget.size([current], schemas)
+        available = self.config.llm.budget - fixed
+        if available < 0:
+            return fixed, None
+        max_messages = self.config.memory.max_history_messages
+        return fixed, history_window(session, self.counter, available, max_messages, end)
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""
         cached = self._fixed_counts.get(text)
         if cached is None:
             cached = await self.counter.count_async(text)
-            if len(self._fixed_counts) > 16:
+            # Each group chat has a system prompt of its own (its folder's name is in it).
+            if len(self._fixed_counts) > 512:
                 self._fixed_counts.clear()
             self._fixed_counts[text] = cached
         return cached

@@ -1,12 +1,16 @@
 """Builds prompts: the stable system prompt and the runtime block of the current user message.
 
 The system prompt changes only when one of its files changes (or the day turns), so providers can
-cache its prefix; everything that varies per message goes into the user message instead.
+cache its prefix; everything that varies per message goes into the user message instead. Its files
+are looked at (one `stat` each) at most once every RECHECK_SECONDS, not on every turn: an edit
+shows from the first turn after that; a turn whose tools ran makes the next one look at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -58,13 +62,17 @@ ANSWERING = """\
   image (when you can see images) attached to that message only.
 """
 
+# How stale a prompt file's edit may be when a turn starts: a busy gateway answers many turns a
+# second, and a `stat` of five files each time is work that nearly always finds nothing new.
+RECHECK_SECONDS = 1.0
+
 RUNTIME_OPEN = "[memgate runtime context: metadata, not instructions]"
 RUNTIME_CLOSE = "[end of runtime context]"
 
 
 @dataclass(frozen=True)
 class _Snapshot:
-    key: tuple[object, ...]
+    key: tuple[object, ...]  # the files' (path, mtime, size) when it was rendered
     text: str
 
 
@@ -77,22 +85,34 @@ class ContextBuilder:
         memory: MemoryFiles,
         tz: tzinfo,
         budget: PromptBudget | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        recheck: float = RECHECK_SECONDS,
     ) -> None:
         self.workspace = workspace
         self.memory = memory
         self.tz = tz
         self.budget = budget  # None: files go in whole (tools and tests that build prompts only)
+        self.clock = clock
+        self.recheck = recheck
         self._cache: dict[Scope, _Snapshot] = {}
+        # The last look at each set of files: when, and what it found. Keyed by the files, not
+        # the scope, so every group chat (the same two files) shares one look.
+        self._looked: dict[tuple[Path, ...], tuple[float, tuple[object, ...]]] = {}
 
-    def _sources(self, scope: Scope) -> list[Path]:
+    def _sources(self, scope: Scope) -> tuple[Path, ...]:
         if not scope.memory:
-            return [self.workspace / name for name in GROUP_BOOTSTRAP_FILES]
+            return tuple(self.workspace / name for name in GROUP_BOOTSTRAP_FILES)
         paths = [self.workspace / name for name in BOOTSTRAP_FILES]
         paths += [self.memory.memory_md, self.memory.daily_note_path()]
-        return paths
+        return tuple(paths)
 
-    @staticmethod
-    def _fingerprint(paths: list[Path]) -> tuple[object, ...]:
+    def _fingerprint(self, paths: tuple[Path, ...]) -> tuple[object, ...]:
+        """The files' (path, mtime, size), as last looked at if that was under `recheck` ago."""
+        now = self.clock()
+        looked = self._looked.get(paths)
+        if looked is not None and now - looked[0] < self.recheck:
+            return looked[1]
         marks: list[object] = []
         for path in paths:
             try:
@@ -100,6 +120,9 @@ class ContextBuilder:
                 marks.append((str(path), stat.st_mtime_ns, stat.st_size))
             except OSError:
                 marks.append((str(path), None))
+        if len(self._looked) > 16:  # a new set each day (today's note)
+            self._looked.clear()
+        self._looked[paths] = (now, tuple(marks))
         return tuple(marks)
 
     async def system_prompt(self, scope: Scope) -> str:
@@ -108,16 +131,20 @@ class ContextBuilder:
         A scope without memory (a group, a guest) gets AGENTS.md and SOUL.md only: never USER.md,
         MEMORY.md, the daily note or the search instructions.
         """
-        paths = self._sources(scope)
-        key = self._fingerprint(paths)
+        key = self._fingerprint(self._sources(scope))  # today's note is a new file each day
         cached = self._cache.get(scope)
         if cached is not None and cached.key == key:
             return cached.text
+        # Fingerprinted before reading: an edit that lands during the render is seen next time.
         text = await asyncio.to_thread(self._render, scope)
         if len(self._cache) > 256:  # one entry per group chat seen
             self._cache.clear()
         self._cache[scope] = _Snapshot(key, text)
         return text
+
+    def files_changed(self) -> None:
+        """Look at the files again on the next turn of every scope (a tool may have written one)."""
+        self._looked.clear()
 
     def _render(self, scope: Scope) -> str:
         if scope.memory:

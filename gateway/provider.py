@@ -9,6 +9,7 @@ embeddings (which the search catches, falling back to keywords).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -16,7 +17,6 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from gateway.bus import scrub
 from gateway.errors import (
@@ -282,10 +282,10 @@ class OpenAIProvider:
                 # The SDK's generic `post` (its documented way to call any endpoint) sends our
                 # already wire-shaped body as is; `chat.completions.create` would first walk every
                 # message through its TypedDict transformer, which costs milliseconds per turn and
-                # grows with the history. Retries, errors and response parsing are the same.
-                completion = await self._client.post(
-                    "/chat/completions", body=kwargs, cast_to=ChatCompletion
-                )
+                # grows with the history. `cast_to=object` hands back the decoded JSON instead of
+                # a tree of pydantic models, of which a turn reads five fields; retries and the
+                # typed errors for HTTP statuses are the SDK's, as before.
+                answer = await self._client.post("/chat/completions", body=kwargs, cast_to=object)
         except TimeoutError as exc:
             raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
         except openai.APITimeoutError as exc:
@@ -309,7 +309,7 @@ class OpenAIProvider:
         except (openai.OpenAIError, ValueError) as exc:
             raise self._error(LLMError, f"unusable answer from the model: {exc}") from exc
         try:
-            return _to_response(completion)
+            return _to_response(answer)
         except LLMError as exc:
             exc.model, exc.endpoint = self.model, self.endpoint
             raise
@@ -386,28 +386,69 @@ class OpenAITranscriber:
         await self._client.close()
 
 
-def _to_response(completion: Any) -> ChatResponse:
-    if not getattr(completion, "choices", None):
+def _to_response(answer: object) -> ChatResponse:
+    """The fields a turn uses, read from the decoded answer; LLMError if it is not a completion.
+
+    The SDK hands back the body as text when the server mislabels it (not `application/json`),
+    so text is decoded here too.
+    """
+    if isinstance(answer, str | bytes):
+        try:
+            answer = json.loads(answer)
+        except ValueError as exc:
+            raise LLMError("unusable answer from the model: not JSON") from exc
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise LLMError("the model's answer has no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    calls = tuple(
-        ToolCall(
-            id=call.id or f"call_{index}",
-            name=scrub(call.function.name or ""),
-            arguments=scrub(call.function.arguments or "{}"),
-        )
-        for index, call in enumerate(message.tool_calls or ())
-        if getattr(call, "function", None) is not None
-    )
-    usage = completion.usage
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise LLMError("unusable answer from the model: its choice has no message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise LLMError("unusable answer from the model: its content is not text")
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
     return ChatResponse(
-        content=scrub(message.content) if message.content else message.content,
-        tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        content=scrub(content) if content else content,
+        tool_calls=_tool_calls(message.get("tool_calls")),
+        finish_reason=_text(choice.get("finish_reason")),
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
     )
+
+
+def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
+    """The answer's function calls; entries without a function are not calls we can run."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise LLMError("unusable answer from the model: tool_calls is not a list")
+    calls = []
+    for index, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            # Some servers send the arguments as an object rather than JSON text.
+            arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+        calls.append(
+            ToolCall(
+                id=_text(call.get("id")) or f"call_{index}",
+                name=scrub(_text(function.get("name")) or ""),
+                arguments=scrub(arguments or "{}"),
+            )
+        )
+    return tuple(calls)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _secrets(api_key: str) -> tuple[str, ...]:

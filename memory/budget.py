@@ -9,6 +9,7 @@ carries. Also home of the one tool-result cap. Imports nothing of the gateway.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -64,7 +65,18 @@ class PromptBudget:
     def size(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
         """Tokens of a request: every message plus the tool schemas."""
         total = sum(self._count(m) for m in messages)
-        return total + (self.counter.count_tools(tools) if tools else 0)
+        return total + (self._count_tools(tools) if tools else 0)
+
+    def _count_tools(self, tools: list[dict[str, Any]]) -> int:
+        # The same schemas go with every call of every turn of a scope: tokenized once. The text
+        # is the key (not the list), so a tool that changes its schema is counted afresh.
+        text = json.dumps(tools, ensure_ascii=False)
+        count = self._counts.get(("tools", text))
+        if count is None:
+            if len(self._counts) >= _COUNT_CACHE:
+                self._counts.clear()
+            count = self._counts["tools", text] = self.counter.count(text)
+        return count
 
     def _count(self, message: Message) -> int:
         content = message.get("content")

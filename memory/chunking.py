@@ -3,6 +3,10 @@
 Pure functions of plain values (messages, token counts, limits): no files, no model, no clock, so
 every rule here can be checked with a list of dicts. A chunk always ends where a user message
 starts, so a turn is never cut in two.
+
+A run consolidates at least what is due and, since each call costs its fixed prompt (instructions,
+MEMORY.md, the tool) whatever the chunk, it fills its last chunk with the next whole turns up to
+what one call may hold, always leaving the newest KEEP_TURNS turns in the conversation.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memory.session_file import Message
+
+# Turns a run never consolidates, however much room its last call has: the conversation the
+# model sees right after a consolidation still holds its latest exchanges word for word.
+KEEP_TURNS = 4
 
 
 @dataclass(frozen=True)
@@ -69,13 +77,16 @@ def split(
     cost: Callable[[int], int],
     limit: int,
     most: int,
+    reach: int | None = None,
 ) -> list[tuple[int, int]]:
     """The first `most` pieces of [start, end), each at most `limit` (by `cost(index)`) and
-    ending at a user boundary.
+    ending at a user boundary; the last one then takes whole turns after `end`, up to `reach`,
+    while they fit in `limit`.
 
     A single turn larger than `limit` becomes one piece of its own rather than being cut.
     """
     chunks: list[tuple[int, int]] = []
+    used = 0
     while start < end and len(chunks) < most:
         stop, used = start, 0
         while stop < end:
@@ -87,10 +98,41 @@ def split(
         if stop < end:
             boundary = user_boundary_before(messages, stop, start)
             stop = boundary if boundary > start else user_boundary(messages, stop, start)
+            used = -1  # cut short of `end`: no room to fill
         stop = min(stop, end)
         chunks.append((start, stop))
         start = stop
+    if chunks and chunks[-1][1] == end and used >= 0 and reach is not None:
+        first, stop = chunks[-1]
+        chunks[-1] = (first, _filled(messages, stop, reach, cost, limit - used))
     return chunks
+
+
+def _filled(
+    messages: Sequence[Message], stop: int, reach: int, cost: Callable[[int], int], room: int
+) -> int:
+    """`stop` moved past the whole turns after it that fit in `room`, never beyond `reach`."""
+    while stop < reach:
+        turn_end = user_boundary(messages, stop + 1, stop)
+        if turn_end <= stop or turn_end > reach:
+            break
+        size = sum(cost(index) for index in range(stop, turn_end))
+        if size > room:
+            break
+        room -= size
+        stop = turn_end
+    return stop
+
+
+def keep_from(messages: Sequence[Message], start: int, turns: int = KEEP_TURNS) -> int:
+    """Where the newest `turns` turns begin (a user message); `start` if there are fewer."""
+    seen = 0
+    for position in range(len(messages) - 1, start, -1):
+        if messages[position].get("role") == "user":
+            seen += 1
+            if seen == turns:
+                return position
+    return start
 
 
 def user_boundary(messages: Sequence[Message], index: int, floor: int) -> int:

@@ -194,7 +194,8 @@ class Consolidator:
             end = await asyncio.to_thread(self._target, session, job)
             if end is None:
                 return False
-            chunks = await asyncio.to_thread(self._chunks, session, end)
+            chunks = await asyncio.to_thread(self._chunks, session, end, not job.everything)
+            end = max(end, chunks[-1][1]) if chunks else end  # the last chunk may take more
             outcome = Outcome()
             for start, stop in chunks[:MAX_CHUNKS_PER_RUN]:
                 if not await self._consolidate_chunk(session, start, stop):
@@ -234,9 +235,13 @@ class Consolidator:
             archive=job.archived is not None,
         )
 
-    def _chunks(self, session: Session, end: int) -> list[tuple[int, int]]:
+    def _chunks(self, session: Session, end: int, fill: bool) -> list[tuple[int, int]]:
         """Chunks measured as the request will be: the same budget and token counter, the
-        prompt around the lines, and each message as the line the model will read."""
+        prompt around the lines, and each message as the line the model will read.
+
+        With `fill`, the last chunk also takes the turns after `end` that its call has room
+        for, short of the newest few (chunking.KEEP_TURNS): fewer calls for the same lines.
+        """
         with_memory = self._with_memory(session)
         memory_text = self.files.read_memory() if with_memory else ""
         fixed = self.summariser.fixed_size(memory_text, with_memory)
@@ -247,7 +252,8 @@ class Consolidator:
 
         start = session.last_consolidated
         most = MAX_CHUNKS_PER_RUN + 1  # one more than a run takes tells that more remains
-        return chunking.split(session.messages, start, end, cost, limit, most)
+        reach = chunking.keep_from(session.messages, start) if fill else None
+        return chunking.split(session.messages, start, end, cost, limit, most, reach)
 
     async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:
         """Consolidate one chunk, retrying with backoff; False if it must wait for a later job.

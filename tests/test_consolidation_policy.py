@@ -6,10 +6,10 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from memory.chunking import Trigger, split, target, user_boundary
+from memory.chunking import KEEP_TURNS, Trigger, keep_from, split, target, user_boundary
 from memory.sessions import SessionStore
 from memory.summariser import save_memory_tool
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import RuntimeFactory, inbound, markers
 from tests.fakes.llm import FakeLLM
 
 
@@ -69,6 +69,45 @@ def test_chunks_end_at_user_messages_and_a_big_turn_stays_whole() -> None:
     chunks = split(messages, 0, 8, costs.__getitem__, limit=10, most=10)
     assert chunks == [(0, 2), (2, 4), (4, 6), (6, 8)]
     assert split(messages, 0, 8, costs.__getitem__, limit=10, most=2) == [(0, 2), (2, 4)]
+
+
+def test_the_last_chunk_takes_the_whole_turns_its_call_has_room_for() -> None:
+    """Due up to 6 with room for 10: two more whole turns go in; a turn that does not fit stays."""
+    messages = turns(10)
+    reach = keep_from(messages, 0)
+    assert reach == 20 - 2 * KEEP_TURNS  # the newest turns are never taken
+    assert split(messages, 0, 6, lambda _: 1, limit=10, most=5, reach=reach) == [(0, 10)]
+    assert split(messages, 0, 6, lambda _: 1, limit=9, most=5, reach=reach) == [(0, 8)]
+    costs = [1] * 20
+    costs[7] = 20  # turn 3 alone is over the room left
+    assert split(messages, 0, 6, costs.__getitem__, limit=12, most=5, reach=reach) == [(0, 6)]
+
+
+def test_filling_stops_short_of_the_newest_turns_and_of_a_run_cut_by_most() -> None:
+    """Plenty of room takes everything up to the newest KEEP_TURNS turns, never past them; a run
+    whose pieces stop before what is due (`most`) takes nothing more."""
+    messages = turns(10)
+    reach = keep_from(messages, 0)
+    assert split(messages, 0, 4, lambda _: 1, limit=1000, most=5, reach=reach) == [(0, reach)]
+    assert split(messages, 0, 8, lambda _: 1, limit=4, most=1, reach=reach) == [(0, 4)]
+    assert keep_from(turns(KEEP_TURNS - 1), 0) == 0  # fewer turns than are kept: nothing to take
+
+
+async def test_a_due_run_fills_its_call_and_keeps_the_newest_turns(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """Due by a window of 40 messages, one call consolidates all but the newest KEEP_TURNS turns
+    rather than only the older half the window asks for."""
+    async with make_runtime({"memory": {"window": 40}}) as runtime:
+        for index in range(19):
+            await runtime.agent.handle(inbound(f"turn {index}"))
+        await runtime.consolidator.wait_idle()
+        assert fake_llm.consolidation_requests() == []  # 38 messages: under the window
+        await runtime.agent.handle(inbound("turn 19"))
+        await runtime.consolidator.wait_idle()
+        path = runtime.sessions.path_for("test:42")
+    assert len(fake_llm.consolidation_requests()) == 1
+    assert markers(path) == [40 - 2 * KEEP_TURNS]  # the window alone: 20
 
 
 async def test_every_consolidation_request_fits_the_agents_budget(
