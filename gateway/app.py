@@ -12,7 +12,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.agent import AgentLoop
 from gateway.clock import Clock, SystemClock
@@ -28,7 +28,6 @@ from gateway.errors import (
 from gateway.job_tools import JobTools
 from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
-from gateway.mcp import McpServers
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
 from gateway.provider import (
@@ -53,6 +52,9 @@ from memory.search import MemorySearch
 from memory.search_tools import search_tools
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from gateway.mcp import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +247,7 @@ async def _build_runtime(
         lock.acquire()
         stack.callback(lock.release)
         await asyncio.to_thread(move_workspace_state, config.workspace, config.state_dir)
+        # The vocabulary is checked here but loaded by the first turn that counts (tokens.py).
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
         summarizer: ChatProvider
         tool_support = ToolSupport(config.llm.tools)
@@ -264,9 +267,7 @@ async def _build_runtime(
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
-        mcp = McpServers(config.tools.mcp_servers)
-        stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
-        await mcp.start(group)
+        mcp = await _start_mcp(config, stack, group)
         try:
             store = await asyncio.to_thread(JobStore, config.state_dir)
         except JobError as exc:
@@ -278,7 +279,7 @@ async def _build_runtime(
             config.state_dir,
             memory,
             memory_tools,
-            mcp.tools_by_scope(),
+            mcp.tools_by_scope() if mcp is not None else {},
             private_tools=job_tools.tools(),
         )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
@@ -347,3 +348,22 @@ async def _build_runtime(
             scheduler,
             mcp,
         )
+
+
+async def _start_mcp(
+    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup
+) -> McpServers | None:
+    """The enabled MCP servers, started; None when there are none.
+
+    The MCP SDK takes longer to import than the rest of the gateway together, so a gateway
+    without servers (and every `memgate chat` on one) never imports it.
+    """
+    servers = config.tools.mcp_servers
+    if not any(settings.enabled for settings in servers.values()):
+        return None
+    from gateway.mcp import McpServers
+
+    mcp = McpServers(servers)
+    stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
+    await mcp.start(group)
+    return mcp
