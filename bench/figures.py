@@ -192,7 +192,9 @@ def held(bench: Bench, systems: list[System], runs: int) -> list[Row]:
 
 
 def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
-    """e. Peak RSS (ru_maxrss) of a fresh process after N chats have each had one turn."""
+    """e. Memory of a fresh process that has imported what its gateway command imports, with
+    the Telegram channel: resident after start (before any turn), and its peak (VmHWM) once N
+    chats have each had one turn."""
     rows = []
     for n, runs in zip(RSS_SESSIONS, (plan.rss_small, plan.rss_large), strict=True):
         row = row_maker("e", repeat(bench, systems, runs, "rss", {"sessions": n}))
@@ -200,7 +202,7 @@ def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
             rows.append(
                 row(
                     "e.start",
-                    "peak RSS after start and 3 warm-up turns",
+                    "RSS after start, before the first turn",
                     "MB",
                     lambda r: r["startup_mb"],
                 )
