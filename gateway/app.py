@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.agent import AgentLoop
 from gateway.clock import Clock, SystemClock
-from gateway.config import Config
+from gateway.config import Config, TranscriptionConfig
 from gateway.context import ContextBuilder
 from gateway.errors import (
     LLMError,
@@ -30,6 +30,7 @@ from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
+from gateway.on_demand import OnDemand, OnDemandTranscriber
 from gateway.provider import (
     ChatProvider,
     OpenAIEmbedder,
@@ -82,8 +83,10 @@ class ProviderSummaryModel:
     text (the last rung of the forced -> auto -> text ladder); memory validates it like a call.
     """
 
-    def __init__(self, provider: ChatProvider, tool_support: ToolSupport | None = None) -> None:
-        self._provider = provider
+    def __init__(
+        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
+    ) -> None:
+        self._provider = provider  # the client, made by the first call that needs it
         self._tool_support = tool_support
 
     async def call_tool(
@@ -96,7 +99,7 @@ class ProviderSummaryModel:
             {"type": "function", "function": {"name": name}} if force else "auto"
         )
         try:
-            response = await self._provider.chat(messages, [tool], tool_choice=choice)
+            response = await self._provider().chat(messages, [tool], tool_choice=choice)
         except LLMToolsUnsupportedError as exc:
             if self._tool_support is None or self._tool_support.enabled:
                 raise ModelCallError(str(exc)) from exc
@@ -123,7 +126,7 @@ class ProviderSummaryModel:
         )
         asked = [*messages, {"role": "user", "content": instruction}]
         try:
-            response = await self._provider.chat(asked)
+            response = await self._provider().chat(asked)
         except LLMError as exc:
             raise ModelCallError(str(exc)) from exc
         return _json_text(response.content or "")
@@ -209,11 +212,8 @@ def make_provider(
     )
 
 
-def make_transcriber(config: Config) -> OpenAITranscriber | None:
+def make_transcriber(config: Config, settings: TranscriptionConfig) -> OpenAITranscriber:
     """The speech-to-text client of `llm.transcription`, by default on the chat endpoint."""
-    settings = config.llm.transcription
-    if settings is None:
-        return None
     return OpenAITranscriber(
         base_url=settings.base_url or config.llm.base_url,
         api_key=config.llm.api_key if settings.api_key is None else settings.api_key,
@@ -249,20 +249,22 @@ async def _build_runtime(
         await asyncio.to_thread(move_workspace_state, config.workspace, config.state_dir)
         # The vocabulary is checked here but loaded by the first turn that counts (tokens.py).
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
-        summarizer: ChatProvider
         tool_support = ToolSupport(config.llm.tools)
         vision_support = VisionSupport(config.llm.vision, config.llm.model)
         if provider is None:
-            # Two clients, two connection pools: a consolidation call held open for minutes
-            # never takes the warm connection a reply is about to need. One tool switch.
-            provider, summarizer = (
-                make_provider(config, tool_support, vision_support),
-                make_provider(config, tool_support, vision_support),
-            )
+            provider = make_provider(config, tool_support, vision_support)
             stack.push_async_callback(provider.close)
+            # Two clients, two connection pools: a consolidation call held open for minutes
+            # never takes the warm connection a reply is about to need. One tool switch. The
+            # second is made by the first consolidation.
+            summarizer = OnDemand(lambda: make_provider(config, tool_support, vision_support))
             stack.push_async_callback(summarizer.close)
+            summary_model = ProviderSummaryModel(summarizer.get, tool_support)
         else:
-            summarizer = provider
+            given = provider
+            summary_model = ProviderSummaryModel(
+                lambda: given, getattr(given, "tool_support", tool_support)
+            )
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
@@ -283,9 +285,6 @@ async def _build_runtime(
             private_tools=job_tools.tools(),
         )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
-        summary_model = ProviderSummaryModel(
-            summarizer, getattr(summarizer, "tool_support", tool_support)
-        )
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
         )
@@ -300,8 +299,9 @@ async def _build_runtime(
             compactor=compactor,
             failure_report=config.state_dir / FAILURE_REPORT,
         )
-        transcriber = make_transcriber(config)
-        if transcriber is not None:
+        transcriber = None
+        if (speech := config.llm.transcription) is not None:
+            transcriber = OnDemandTranscriber(lambda: make_transcriber(config, speech))
             stack.push_async_callback(transcriber.close)
         vision = getattr(provider, "vision_support", vision_support)
         media = MediaReader(config.workspace, config.media, budget, vision, transcriber)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app import Runtime
+from gateway.on_demand import OnDemand
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
 from tests.conftest import inbound, memgate
@@ -128,3 +129,28 @@ def test_a_vocabulary_that_cannot_be_had_fails_at_start(
 
 def _no_network(blobpath: str) -> bytes:
     raise ConnectionError(f"no route to {blobpath}")
+
+
+class Client:
+    """A closable client that counts how often it was made and closed."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        Client.made += 1
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_on_demand_client_is_made_once_at_first_use_and_closed_only_if_made() -> None:
+    """An unused client is never made nor closed; a used one is made once and closed at exit."""
+    Client.made = 0
+    unused, used = OnDemand(Client), OnDemand(Client)
+    await unused.close()
+    assert Client.made == 0 and not unused.made
+    first = used.get()
+    assert used.get() is first and Client.made == 1
+    await used.close()
+    assert first.closed
