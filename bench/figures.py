@@ -217,6 +217,14 @@ def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
         )
         rows.append(
             row(
+                f"e.end.{n}",
+                f"RSS once those {n:,} turns are over",
+                "MB",
+                lambda r: r["end_mb"],
+            )
+        )
+        rows.append(
+            row(
                 f"e.wall.{n}",
                 f"time for those {n:,} turns (16 at a time)",
                 "s",

@@ -184,7 +184,12 @@ async def rss(run: Run) -> dict[str, Any]:
         started_mb = rss_mb()
         await workloads.warm_up(ask)
         wall = await workloads.one_turn_each(ask, run.params["sessions"])
-        return {"startup_mb": started_mb, "peak_mb": peak_rss_mb(), "wall_s": wall}
+        return {
+            "startup_mb": started_mb,
+            "peak_mb": peak_rss_mb(),
+            "end_mb": rss_mb(),
+            "wall_s": wall,
+        }
 
 
 async def prompts(run: Run) -> dict[str, Any]:
