@@ -104,13 +104,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
             for text in await owed():
                 print(f"(kept from before a restart)\n{text}\n")
             reply = await handler(terminal.inbound(args.message))
+            # Shown first, then marked delivered: a crash in between leaves the answer owed
+            # (shown again next time) rather than lost.
+            if reply is not None and reply.failed:
+                print(f"memgate: {reply.text}", file=sys.stderr, flush=True)
+            else:
+                print(reply.text if reply is not None else "", flush=True)
             if reply is not None:
                 await reply.sent()
-            if reply is not None and reply.failed:
-                print(f"memgate: {reply.text}", file=sys.stderr)
-                return 1
-            print(reply.text if reply is not None else "")
-            return 0
+            return 1 if reply is not None and reply.failed else 0
         print(f"memgate {__version__} · model {config.llm.model} · {where} · /help, Ctrl-D to quit")
         # Answers a restart kept from this terminal (stored, never shown) come first.
         for text in await owed():
