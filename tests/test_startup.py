@@ -4,6 +4,7 @@ vocabulary wait until something needs them."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app import Runtime
+from gateway.cli import collector_paused
 from gateway.on_demand import OnDemand
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
@@ -80,6 +82,7 @@ channels:
     )
     body = f"""
 import asyncio
+import gc
 from pathlib import Path
 from gateway.app import open_runtime
 from gateway.config_file import load_config
@@ -154,3 +157,12 @@ async def test_on_demand_client_is_made_once_at_first_use_and_closed_only_if_mad
     assert used.get() is first and Client.made == 1
     await used.close()
     assert first.closed
+
+
+def test_collector_is_paused_while_importing_and_enabled_again_even_after_an_error() -> None:
+    """The garbage collector is off inside `collector_paused` and back on after it, error or not."""
+    assert gc.isenabled()
+    with pytest.raises(ImportError), collector_paused():
+        assert not gc.isenabled()
+        raise ImportError("a module that failed to import")
+    assert gc.isenabled()
