@@ -71,9 +71,16 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"the same process by a second instance where nothing consolidates (memgate window "
         f"1000, nanobot's default 128,000-token window).",
         "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (nanobot streams its reply, "
-        "memgate does not), after one untimed run that creates the workspace files.",
-        f"- e: `ru_maxrss` of the driver process, which imports the system and its CLI module; "
-        f"16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}.",
+        "memgate does not), after one untimed run that creates the workspace files; the time "
+        "runs from spawning the console script to the reply on its stdout, and to its exit. Both "
+        "build their tokenizer's vocabulary during the first turn (memgate o200k_base, nanobot "
+        "cl100k_base).",
+        f"- e: the driver process first imports what the system's gateway command imports with "
+        f"its Telegram channel (memgate: its CLI, `gateway.service` and `channels.telegram`; "
+        f"nanobot: its CLI and `nanobot.channels.telegram`), so python-telegram-bot counts for "
+        f'both. "After start" is VmRSS once the system is built, before any turn; the peak is '
+        f"the process's own VmHWM (not `ru_maxrss`, which Linux carries across exec from the "
+        f"orchestrator). 16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}.",
         f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
         f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
         f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "

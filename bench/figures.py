@@ -212,7 +212,9 @@ def held(bench: Bench, systems: list[System], runs: int) -> list[Row]:
 
 
 def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
-    """e. Peak RSS (ru_maxrss) of a fresh process after N chats have each had one turn."""
+    """e. Memory of a fresh process that has imported what its gateway command imports, with
+    the Telegram channel: resident after start (before any turn), and its peak (VmHWM) once N
+    chats have each had one turn."""
     rows = []
     for n, runs in zip(RSS_SESSIONS, (plan.rss_small, plan.rss_large), strict=True):
         row = row_maker("e", repeat(bench, systems, runs, "rss", {"sessions": n}))
@@ -220,7 +222,7 @@ def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
             rows.append(
                 row(
                     "e.start",
-                    "peak RSS after start and 3 warm-up turns",
+                    "RSS after start, before the first turn",
                     "MB",
                     lambda r: r["startup_mb"],
                 )
@@ -231,6 +233,14 @@ def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
                 f"peak RSS after {n:,} chats had one turn each",
                 "MB",
                 lambda r: r["peak_mb"],
+            )
+        )
+        rows.append(
+            row(
+                f"e.end.{n}",
+                f"RSS once those {n:,} turns are over",
+                "MB",
+                lambda r: r["end_mb"],
             )
         )
         rows.append(

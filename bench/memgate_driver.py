@@ -7,6 +7,7 @@ goes through `AgentLoop.handle`, the entry point its channels call.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,10 +15,9 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import gateway.cli  # noqa: F401  (a real memgate process has its CLI loaded; counts in figure e)
 from bench import workloads
 from bench.configs import memgate_config, whole_history_window
-from bench.protocol import FakeControl, Run, rss_mb, run_driver
+from bench.protocol import FakeControl, Run, peak_rss_mb, rss_mb, run_driver
 from bench.workloads import Ask
 from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
@@ -121,12 +121,24 @@ async def held(run: Run) -> dict[str, Any]:
 
 
 async def rss(run: Run) -> dict[str, Any]:
-    """Figure e: peak RSS of this process after N chats have each had one turn."""
+    """Figure e: this process's memory after start and at its peak after N chats had one turn.
+
+    The process first imports what `memgate run` with Telegram enabled imports: the CLI, the
+    service and the Telegram channel with python-telegram-bot (discord.py only comes with
+    Discord enabled).
+    """
+    for module in ("gateway.cli", "gateway.service", "channels.telegram"):
+        importlib.import_module(module)
     async with memgate(run, "e") as (_, ask):
-        await workloads.warm_up(ask)
         started_mb = rss_mb()
+        await workloads.warm_up(ask)
         wall = await workloads.one_turn_each(ask, run.params["sessions"])
-        return {"startup_mb": started_mb, "peak_mb": rss_mb(), "wall_s": wall}
+        return {
+            "startup_mb": started_mb,
+            "peak_mb": peak_rss_mb(),
+            "end_mb": rss_mb(),
+            "wall_s": wall,
+        }
 
 
 async def prompts(run: Run) -> dict[str, Any]:

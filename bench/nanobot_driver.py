@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,7 +30,7 @@ from nanobot.utils.helpers import sync_workspace_templates
 
 from bench import workloads
 from bench.configs import nanobot_config, whole_history_window
-from bench.protocol import FakeControl, Run, rss_mb, run_driver
+from bench.protocol import FakeControl, Run, peak_rss_mb, rss_mb, run_driver
 from bench.workloads import Ask
 
 
@@ -178,12 +179,23 @@ async def held(run: Run) -> dict[str, Any]:
 
 
 async def rss(run: Run) -> dict[str, Any]:
-    """Figure e: peak RSS of this process after N chats have each had one turn."""
+    """Figure e: this process's memory after start and at its peak after N chats had one turn.
+
+    The process first imports what `nanobot gateway` with its Telegram channel needs (its CLI
+    module is imported above; its Telegram channel brings python-telegram-bot).
+    """
+    for module in ("nanobot.channels.manager", "nanobot.channels.telegram"):
+        importlib.import_module(module)
     async with nanobot(run, "e") as (_, ask):
-        await workloads.warm_up(ask)
         started_mb = rss_mb()
+        await workloads.warm_up(ask)
         wall = await workloads.one_turn_each(ask, run.params["sessions"])
-        return {"startup_mb": started_mb, "peak_mb": rss_mb(), "wall_s": wall}
+        return {
+            "startup_mb": started_mb,
+            "peak_mb": peak_rss_mb(),
+            "end_mb": rss_mb(),
+            "wall_s": wall,
+        }
 
 
 async def prompts(run: Run) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import random
-import resource
 import sys
 import time
 import urllib.request
@@ -66,8 +65,25 @@ def message_text(index: int, words: int = 60) -> str:
 
 
 def rss_mb() -> float:
-    """Peak resident set size of this process so far, in MB (ru_maxrss is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Resident set size of this process now, in MB (VmRSS)."""
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB (VmHWM).
+
+    Not `ru_maxrss`: Linux carries that across fork and exec, so a driver started by a large
+    orchestrator reports the orchestrator's size. VmHWM belongs to this process's own memory.
+    """
+    return _status_mb("VmHWM")
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"no {field} in /proc/self/status (Linux only)")
 
 
 def now_ms() -> float:

@@ -21,7 +21,7 @@ FIGURES = {
     "b": "b. Persistence and context build vs. stored history",
     "c": "c. Reply latency while consolidation is held",
     "d": "d. Process start to first reply",
-    "e": "e. Peak memory (ru_maxrss, fresh process per run)",
+    "e": "e. Memory: RSS after start and peak (VmHWM), fresh process per run, Telegram channel loaded",
     "f": "f. Prompt tokens over a 300-turn chat (context window 16,384, max_tokens 2,048)",
 }
 
@@ -78,7 +78,25 @@ TARGETS = [
         "{:.2f}×",
     ),
     Target(
-        "e: memgate's peak RSS for 10k chats < 100 MB",
+        "d: memgate's process start to first reply ≤ 0.5 s (median)",
+        lambda r: r["d.first"].median("memgate"),
+        lambda v: v <= 500,
+        "{:,.0f} ms",
+    ),
+    Target(
+        "d: memgate's process start to first reply below nanobot's",
+        lambda r: r["d.first"].median("memgate") / r["d.first"].median("nanobot"),
+        lambda v: v < 1,
+        "{:.2f}×",
+    ),
+    Target(
+        "e: memgate's RSS after start at or below nanobot's (both with their Telegram channel)",
+        lambda r: r["e.start"].median("memgate") / r["e.start"].median("nanobot"),
+        lambda v: v <= 1,
+        "{:.2f}×",
+    ),
+    Target(
+        "e: memgate's peak RSS for 10k chats < 100 MB (with its Telegram channel)",
         lambda r: r["e.rss.10000"].median("memgate"),
         lambda v: v < 100,
         "{:.1f} MB",

@@ -346,6 +346,7 @@ class AgentLoop:
                 if self.observer is not None:
                     self.observer.turn_resumed()
                 steps = await close_interrupted(self.sessions, session, replay.steps)
+        await self.counter.ready()  # the vocabulary, built off the loop by the first turn
         prepared = (
             await self.media.prepare(message) if self.media else PreparedMessage(message.text)
         )

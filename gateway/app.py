@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.agent import AgentLoop
 from gateway.clock import Clock, SystemClock
-from gateway.config import Config
+from gateway.config import Config, TranscriptionConfig
 from gateway.context import ContextBuilder
 from gateway.errors import (
     LLMError,
@@ -28,9 +28,9 @@ from gateway.errors import (
 from gateway.job_tools import JobTools
 from gateway.jobs import JobError, JobStore
 from gateway.lock import WorkspaceLock
-from gateway.mcp import McpServers
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
+from gateway.on_demand import OnDemand, OnDemandTranscriber
 from gateway.provider import (
     ChatProvider,
     OpenAIEmbedder,
@@ -53,6 +53,9 @@ from memory.search import MemorySearch
 from memory.search_tools import search_tools
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from gateway.mcp import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +83,10 @@ class ProviderSummaryModel:
     text (the last rung of the forced -> auto -> text ladder); memory validates it like a call.
     """
 
-    def __init__(self, provider: ChatProvider, tool_support: ToolSupport | None = None) -> None:
-        self._provider = provider
+    def __init__(
+        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
+    ) -> None:
+        self._provider = provider  # the client, made by the first call that needs it
         self._tool_support = tool_support
 
     async def call_tool(
@@ -94,7 +99,7 @@ class ProviderSummaryModel:
             {"type": "function", "function": {"name": name}} if force else "auto"
         )
         try:
-            response = await self._provider.chat(messages, [tool], tool_choice=choice)
+            response = await self._provider().chat(messages, [tool], tool_choice=choice)
         except LLMToolsUnsupportedError as exc:
             if self._tool_support is None or self._tool_support.enabled:
                 raise ModelCallError(str(exc)) from exc
@@ -121,7 +126,7 @@ class ProviderSummaryModel:
         )
         asked = [*messages, {"role": "user", "content": instruction}]
         try:
-            response = await self._provider.chat(asked)
+            response = await self._provider().chat(asked)
         except LLMError as exc:
             raise ModelCallError(str(exc)) from exc
         return _json_text(response.content or "")
@@ -207,11 +212,8 @@ def make_provider(
     )
 
 
-def make_transcriber(config: Config) -> OpenAITranscriber | None:
+def make_transcriber(config: Config, settings: TranscriptionConfig) -> OpenAITranscriber:
     """The speech-to-text client of `llm.transcription`, by default on the chat endpoint."""
-    settings = config.llm.transcription
-    if settings is None:
-        return None
     return OpenAITranscriber(
         base_url=settings.base_url or config.llm.base_url,
         api_key=config.llm.api_key if settings.api_key is None else settings.api_key,
@@ -245,28 +247,29 @@ async def _build_runtime(
         lock.acquire()
         stack.callback(lock.release)
         await asyncio.to_thread(move_workspace_state, config.workspace, config.state_dir)
+        # The vocabulary is checked here but loaded by the first turn that counts (tokens.py).
         counter = await asyncio.to_thread(TokenCounter, config.llm.model)
-        summarizer: ChatProvider
         tool_support = ToolSupport(config.llm.tools)
         vision_support = VisionSupport(config.llm.vision, config.llm.model)
         if provider is None:
-            # Two clients, two connection pools: a consolidation call held open for minutes
-            # never takes the warm connection a reply is about to need. One tool switch.
-            provider, summarizer = (
-                make_provider(config, tool_support, vision_support),
-                make_provider(config, tool_support, vision_support),
-            )
+            provider = make_provider(config, tool_support, vision_support)
             stack.push_async_callback(provider.close)
+            # Two clients, two connection pools: a consolidation call held open for minutes
+            # never takes the warm connection a reply is about to need. One tool switch. The
+            # second is made by the first consolidation.
+            summarizer = OnDemand(lambda: make_provider(config, tool_support, vision_support))
             stack.push_async_callback(summarizer.close)
+            summary_model = ProviderSummaryModel(summarizer.get, tool_support)
         else:
-            summarizer = provider
+            given = provider
+            summary_model = ProviderSummaryModel(
+                lambda: given, getattr(given, "tool_support", tool_support)
+            )
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*spec) for spec in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
-        mcp = McpServers(config.tools.mcp_servers)
-        stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
-        await mcp.start(group)
+        mcp = await _start_mcp(config, stack, group)
         try:
             store = await asyncio.to_thread(JobStore, config.state_dir)
         except JobError as exc:
@@ -278,13 +281,10 @@ async def _build_runtime(
             config.state_dir,
             memory,
             memory_tools,
-            mcp.tools_by_scope(),
+            mcp.tools_by_scope() if mcp is not None else {},
             private_tools=job_tools.tools(),
         )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
-        summary_model = ProviderSummaryModel(
-            summarizer, getattr(summarizer, "tool_support", tool_support)
-        )
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
         )
@@ -299,8 +299,9 @@ async def _build_runtime(
             compactor=compactor,
             failure_report=config.state_dir / FAILURE_REPORT,
         )
-        transcriber = make_transcriber(config)
-        if transcriber is not None:
+        transcriber = None
+        if (speech := config.llm.transcription) is not None:
+            transcriber = OnDemandTranscriber(lambda: make_transcriber(config, speech))
             stack.push_async_callback(transcriber.close)
         vision = getattr(provider, "vision_support", vision_support)
         media = MediaReader(config.workspace, config.media, budget, vision, transcriber)
@@ -347,3 +348,22 @@ async def _build_runtime(
             scheduler,
             mcp,
         )
+
+
+async def _start_mcp(
+    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup
+) -> McpServers | None:
+    """The enabled MCP servers, started; None when there are none.
+
+    The MCP SDK takes longer to import than the rest of the gateway together, so a gateway
+    without servers (and every `memgate chat` on one) never imports it.
+    """
+    servers = config.tools.mcp_servers
+    if not any(settings.enabled for settings in servers.values()):
+        return None
+    from gateway.mcp import McpServers
+
+    mcp = McpServers(servers)
+    stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
+    await mcp.start(group)
+    return mcp

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from channels.base import ChannelConfigError
@@ -72,13 +74,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if asyncio.run(checks()) else 1
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: importing the gateway makes thousands of objects that
+    live as long as the process, and the collector's passes over them would free none (about 6%
+    of the import time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load(args: argparse.Namespace) -> Config:
     return load_config(config_path(args), must_exist=explicit_path(args))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from channels.terminal import TerminalChannel
-    from gateway.app import open_runtime
+    with collector_paused():
+        from channels.terminal import TerminalChannel
+        from gateway.app import open_runtime
 
     path = config_path(args)
     if not explicit_path(args) and not llm_configured(path):
@@ -104,13 +121,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
             for text in await owed():
                 print(f"(kept from before a restart)\n{text}\n")
             reply = await handler(terminal.inbound(args.message))
+            # Shown first, then marked delivered: a crash in between leaves the answer owed
+            # (shown again next time) rather than lost.
+            if reply is not None and reply.failed:
+                print(f"memgate: {reply.text}", file=sys.stderr, flush=True)
+            else:
+                print(reply.text if reply is not None else "", flush=True)
             if reply is not None:
                 await reply.sent()
-            if reply is not None and reply.failed:
-                print(f"memgate: {reply.text}", file=sys.stderr)
-                return 1
-            print(reply.text if reply is not None else "")
-            return 0
+            return 1 if reply is not None and reply.failed else 0
         print(f"memgate {__version__} · model {config.llm.model} · {where} · /help, Ctrl-D to quit")
         # Answers a restart kept from this terminal (stored, never shown) come first.
         for text in await owed():

@@ -1,15 +1,13 @@
 """Text out of the documents people send: plain-text formats as they are, PDFs through pypdf.
 
-The only module that imports pypdf. Blocking: callers run it in a thread.
+The only module that imports pypdf, and only when a PDF arrives: it is a large library most
+gateways never need. Blocking: callers run it in a thread.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-from pypdf import PdfReader
-from pypdf.errors import PyPdfError
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +91,9 @@ def document_text(path: Path, max_chars: int) -> tuple[str, int]:
 
 
 def _pdf_text(path: Path, max_chars: int) -> tuple[str, int]:
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
     try:
         reader = PdfReader(path)
         if reader.is_encrypted:

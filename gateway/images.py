@@ -1,6 +1,7 @@
 """Images for vision models: decoded, downscaled and encoded as a data URL with Pillow.
 
-The only module that imports PIL. Blocking: callers run it in a thread.
+The only module that imports PIL, and only when an image arrives. Blocking: callers run it in a
+thread.
 """
 
 from __future__ import annotations
@@ -8,8 +9,6 @@ from __future__ import annotations
 import base64
 import io
 from pathlib import Path
-
-from PIL import Image, ImageOps, UnidentifiedImageError
 
 # Formats every vision endpoint accepts as is; anything else (BMP, TIFF, HEIC) becomes JPEG.
 _PASSED = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif"}
@@ -25,6 +24,8 @@ def image_data_url(path: Path, max_side: int) -> tuple[str, tuple[int, int]]:
     An image already small enough in a passed format goes byte for byte; anything else is
     re-encoded (PNG keeps transparency, the rest becomes JPEG).
     """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
     try:
         with Image.open(path) as opened:
             source_format = opened.format or ""

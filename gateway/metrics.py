@@ -1,24 +1,19 @@
-"""Operator-facing figures: Prometheus metrics and the /healthz and /metrics HTTP endpoints.
+"""Operator-facing figures: the gateway's Prometheus metrics, rendered for /metrics.
 
 The only module that imports prometheus_client. Each gateway has its own registry, so figures
-never leak between runtimes (or tests) in one process.
+never leak between runtimes (or tests) in one process. The HTTP endpoints that serve them are
+gateway/health.py's.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from collections.abc import Callable
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gateway.config import parse_listen
-
-log = logging.getLogger(__name__)
+# The media type of `Metrics.render()`'s text, for the endpoint that serves it.
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
@@ -100,39 +95,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def health_server(
-    listen: str, metrics: Metrics, status: Callable[[], dict[str, Any]]
-) -> AbstractAsyncContextManager[str]:
-    """Serve /healthz (JSON; 503 when a channel is down) and /metrics on `listen`."""
-
-    async def healthz(request: web.Request) -> web.Response:
-        body = status()
-        code = 200 if body.get("status") == "ok" else 503
-        return web.Response(
-            text=json.dumps(body, indent=2), status=code, content_type="application/json"
-        )
-
-    async def prometheus(request: web.Request) -> web.Response:
-        response = web.Response(body=metrics.render())
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
-
-    @asynccontextmanager
-    async def serving() -> AsyncIterator[str]:
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/metrics", prometheus)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        host, port = parse_listen(listen)
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-            log.info("health endpoint listening on http://%s:%d", host, port)
-            yield f"http://{host}:{port}"
-        finally:
-            await runner.cleanup()
-
-    return serving()

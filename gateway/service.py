@@ -4,6 +4,9 @@ One exit stack owns the resources and one task group the long-lived tasks (STYLE
 SIGINT sets a stop event; then channels stop first (no new input; running turns get
 `shutdown_grace` to answer), then the health endpoint, then memory (consolidation gets its grace).
 SIGHUP reloads who may talk to the bot (gateway/access.py) without a restart.
+
+Each channel's module (and its SDK) and the health endpoint's web server are imported only when
+the config enables them: a Telegram-only gateway never loads discord.py.
 """
 
 from __future__ import annotations
@@ -14,12 +17,10 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, ChatCommands
-from channels.discord import DiscordChannel
 from channels.pairing import PairingStore
-from channels.telegram import TelegramChannel
 from gateway.access import reload_access
 from gateway.app import Runtime, open_runtime
 from gateway.bus import OutboundMessage
@@ -29,8 +30,11 @@ from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.heartbeat import Heartbeat
 from gateway.job_tools import JobTools
-from gateway.metrics import health_server
 from gateway.scheduler import Deliver
+
+if TYPE_CHECKING:
+    from channels.discord import DiscordChannel
+    from channels.telegram import TelegramChannel
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +67,16 @@ def build_channels(
                 name,
             )
     channels: list[TelegramChannel | DiscordChannel] = []
+    # Imported here, not at the top: each SDK costs tens of megabytes and a good part of a
+    # second to load, and a gateway runs only the platforms its config enables.
     if telegram.enabled:
+        from channels.telegram import TelegramChannel
+
         commands = ChatCommands(command_menu(), greeting())
         channels.append(TelegramChannel(handler, telegram, **shared, commands=commands))
     if discord.enabled:
+        from channels.discord import DiscordChannel
+
         channels.append(DiscordChannel(handler, discord, **shared))
     return channels
 
@@ -183,6 +193,8 @@ async def _supervise(
     status: Callable[[], dict[str, Any]],
 ) -> None:
     async def health() -> None:
+        from gateway.health import health_server  # its web server only when it is wanted
+
         assert config.health.listen is not None
         async with health_server(config.health.listen, runtime.metrics, status):
             await asyncio.Event().wait()

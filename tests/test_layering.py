@@ -22,6 +22,8 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "telegram": TELEGRAM_ADAPTER,
     "discord": DISCORD_ADAPTER,
     "tiktoken": "memory/tokens.py",
+    "tiktoken_ext": "memory/tokens.py",
+    "prometheus_client": "gateway/metrics.py",
     "yaml": "gateway/config_file.py",
     "PIL": "gateway/images.py",
     "pypdf": "gateway/documents.py",

@@ -43,9 +43,7 @@ def test_unusable_cache_and_no_bundle_raise_instead_of_zero(
     """When no vocabulary can be had, loading raises TokenizerError rather than counting 0."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr("memory.tokens._bundled", lambda name: b"corrupted")
-    import tiktoken.registry
-
-    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    monkeypatch.setattr("memory.tokens._encodings", {})  # none built yet in this process
     monkeypatch.setattr("tiktoken.load.read_file", _no_network)
     with pytest.raises(TokenizerError, match="download failed"):
         load_encoding("cl100k_base")

@@ -1,0 +1,168 @@
+"""Start-up loads only what the command uses: SDKs of unused features and the tokenizer's
+vocabulary wait until something needs them."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.app import Runtime
+from gateway.cli import collector_paused
+from gateway.on_demand import OnDemand
+from memory.errors import TokenizerError
+from memory.tokens import TokenCounter
+from tests.conftest import inbound, memgate
+from tests.fakes.llm import FakeLLM, text
+from tests.fakes.telegram_api import TOKEN
+
+# Libraries a gateway loads only for a feature its config enables (or a file that arrives).
+OPTIONAL = ("mcp", "telegram", "discord", "aiohttp.web", "pypdf", "PIL")
+
+# Runs a memgate entry point in a fresh interpreter and prints, as it exits, which of OPTIONAL
+# the process had imported by then.
+_PROBE = """
+import atexit, json, sys
+optional = {optional!r}
+atexit.register(lambda: print("LOADED " + json.dumps(sorted(
+    name for name in optional if name in sys.modules))))
+{body}
+"""
+
+
+async def probe(body: str, env: dict[str, str]) -> tuple[int, str, list[str]]:
+    """Run `body` in a child interpreter; its exit status, stdout and the OPTIONAL it loaded."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _PROBE.format(optional=OPTIONAL, body=body),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    lines = out.decode().splitlines()
+    loaded = [line for line in lines if line.startswith("LOADED ")]
+    assert loaded, err.decode()
+    return process.returncode or 0, "\n".join(lines), json.loads(loaded[-1].removeprefix("LOADED "))
+
+
+async def test_chat_message_imports_no_channel_mcp_health_or_document_library(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """`memgate chat -m` answers without loading the chat SDKs, MCP, the web server, pypdf or PIL."""
+    home = tmp_path / "home"
+    await memgate("init", home=home)
+    config = home / "config.yaml"
+    config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
+    fake_llm.push(text("Hello from the fake model."))
+    env = {"MEMGATE_HOME": str(home), "OPENAI_API_KEY": "sk-start-test-key-123456"}
+    body = "from gateway.cli import main\nmain(['chat', '-m', 'hi there'])"
+    code, out, loaded = await probe(body, env)
+    assert code == 0 and "Hello from the fake model." in out
+    assert loaded == []
+
+
+async def test_run_imports_only_the_enabled_channel(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """With only Telegram enabled, the service builds its channels without loading discord.py."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+llm: {{base_url: {fake_llm.url}, api_key: sk-start-test-key-123456, max_retries: 0}}
+channels:
+  telegram: {{enabled: true, token: "{TOKEN}", allow_from: ["42"]}}
+"""
+    )
+    body = f"""
+import asyncio
+import gc
+from pathlib import Path
+from gateway.app import open_runtime
+from gateway.config_file import load_config
+from gateway.service import build_channels
+
+async def main():
+    config = load_config(Path({str(config)!r}), must_exist=True)
+    async with open_runtime(config) as runtime:
+        print("CHANNELS", [channel.name for channel in build_channels(config, runtime)])
+
+asyncio.run(main())
+"""
+    code, out, loaded = await probe(body, {"MEMGATE_HOME": str(tmp_path / "home")})
+    assert code == 0 and "CHANNELS ['telegram']" in out
+    assert loaded == ["telegram"]
+
+
+async def test_vocabulary_is_built_by_the_first_turn_not_at_start(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """The runtime starts without the tokenizer's vocabulary; the first turn builds it."""
+    assert not runtime.counter.loaded
+    fake_llm.push(text("hi"))
+    reply = await runtime.agent.handle(inbound("hello"))
+    assert reply is not None and reply.text == "hi"
+    assert runtime.counter.loaded
+
+
+def test_counters_of_one_model_share_one_encoding() -> None:
+    """A second counter (a second runtime in the process) reuses the encoding already built."""
+    first, second = TokenCounter("gpt-4o-mini"), TokenCounter("gpt-4o")
+    assert first.encoding() is second.encoding()
+    assert first.count("hello world") == second.count("hello world") == 2
+
+
+def test_a_vocabulary_that_cannot_be_had_fails_at_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Offline with no bundled copy, building a counter raises at once, not at the first count."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("memory.tokens._bundled", lambda name: b"corrupted")
+    monkeypatch.setattr("memory.tokens._encodings", {})  # none built yet in this process
+    monkeypatch.setattr("tiktoken.load.read_file", _no_network)
+    with pytest.raises(TokenizerError, match="download failed"):
+        TokenCounter("gpt-4o-mini")
+
+
+def _no_network(blobpath: str) -> bytes:
+    raise ConnectionError(f"no route to {blobpath}")
+
+
+class Client:
+    """A closable client that counts how often it was made and closed."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        Client.made += 1
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_on_demand_client_is_made_once_at_first_use_and_closed_only_if_made() -> None:
+    """An unused client is never made nor closed; a used one is made once and closed at exit."""
+    Client.made = 0
+    unused, used = OnDemand(Client), OnDemand(Client)
+    await unused.close()
+    assert Client.made == 0 and not unused.made
+    first = used.get()
+    assert used.get() is first and Client.made == 1
+    await used.close()
+    assert first.closed
+
+
+def test_collector_is_paused_while_importing_and_enabled_again_even_after_an_error() -> None:
+    """The garbage collector is off inside `collector_paused` and back on after it, error or not."""
+    assert gc.isenabled()
+    with pytest.raises(ImportError), collector_paused():
+        assert not gc.isenabled()
+        raise ImportError("a module that failed to import")
+    assert gc.isenabled()
