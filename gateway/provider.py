@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+import httpx
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.bus import scrub
 from gateway.errors import (
@@ -29,6 +31,7 @@ from gateway.errors import (
     TranscriptionError,
 )
 from gateway.logs import redact
+from gateway.stream_parts import StreamParts
 from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,9 @@ class ChatResponse:
     completion_tokens: int = 0
 
 
+TextSink = Callable[[str], Awaitable[None]]
+
+
 class ChatProvider(Protocol):
     """Anything that can answer a chat completion request."""
 
@@ -61,6 +67,16 @@ class ChatProvider(Protocol):
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
     ) -> ChatResponse: ...
+
+    async def stream_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+    ) -> ChatResponse:
+        """The same answer as `chat`, its text handed to `on_text` piece by piece as it comes."""
+        ...
 
 
 ToolsMode = Literal["auto", "on", "off"]
@@ -146,6 +162,19 @@ class VisionSupport(_Capability):
         self.enabled = mode is True or (mode == "auto" and bool(_VISION_MODELS.search(model)))
 
 
+class StreamSupport(_Capability):
+    """Whether replies are asked for as a stream (`stream: true`); on until the endpoint refuses.
+
+    A refusal switches streaming off for the process, with one warning: replies then come whole.
+    """
+
+    _SWITCHED_OFF = "endpoint refused streaming; replies come whole for this process model=%s"
+
+    def __init__(self) -> None:
+        self.mode = "auto"
+        self.enabled = True
+
+
 def has_images(messages: list[dict[str, Any]]) -> bool:
     """True if any message carries an image content part."""
     return any(
@@ -198,6 +227,7 @@ class OpenAIProvider:
         self.endpoint = endpoint_of(base_url)
         self.tool_support = tool_support or ToolSupport()
         self.vision_support = vision_support or VisionSupport(model=model)
+        self.stream_support = StreamSupport()
         self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -212,6 +242,8 @@ class OpenAIProvider:
         self._deadline = timeout * (max_retries + 1) + 10
         self._limit_key = "max_tokens"
         self._send_temperature = True
+        self._idle = float(timeout)  # longest silence inside a stream
+        self._stream_usage = True  # stream_options.include_usage, until the endpoint refuses it
 
     async def chat(
         self,
@@ -313,6 +345,137 @@ class OpenAIProvider:
         except LLMError as exc:
             exc.model, exc.endpoint = self.model, self.endpoint
             raise
+
+    async def stream_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+    ) -> ChatResponse:
+        """One completion asked as a stream: each piece of answer text goes to `on_text` as it
+        arrives, tool-call fragments are put together, usage is asked for where it is offered.
+
+        A 400 before anything streamed is answered by `chat()`, which adapts to refused tools,
+        images and parameters. When that call succeeds and the refusal named none of those, the
+        endpoint refuses streaming: it is switched off for the process with one warning, and from
+        then on (as for this call) the whole text goes to `on_text` at once.
+        """
+        if not self.stream_support.enabled:
+            return await self._whole(messages, tools, on_text)
+        for _ in range(2):  # a second try only without stream_options
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+            kwargs[self._limit_key] = self.max_tokens
+            if self._send_temperature:
+                kwargs["temperature"] = self.temperature
+            if self._stream_usage:
+                kwargs["stream_options"] = {"include_usage": True}
+            if tools and self.tool_support.enabled:
+                kwargs["tools"] = tools
+            try:
+                return await self._stream(kwargs, on_text)
+            except LLMStatusError as exc:
+                if exc.status not in (400, 422):
+                    raise
+                refusal = str(exc)
+            if "stream_options" in refusal and self._stream_usage:
+                self._stream_usage = False  # usage then counts as 0 for streamed replies
+                continue
+            known = (
+                _TOOLS_REFUSED.search(refusal)
+                or _IMAGES_REFUSED.search(refusal)
+                or "max_tokens" in refusal
+                or "temperature" in refusal
+            )
+            response = await self.chat(messages, tools)
+            if not known:
+                self.stream_support.refused(self.model)
+            if response.content and not response.tool_calls:
+                await on_text(response.content)
+            return response
+        raise AssertionError("unreachable")
+
+    async def _whole(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, on_text: TextSink
+    ) -> ChatResponse:
+        response = await self.chat(messages, tools)
+        if response.content and not response.tool_calls:
+            await on_text(response.content)
+        return response
+
+    async def _stream(self, kwargs: dict[str, Any], on_text: TextSink) -> ChatResponse:
+        parts = StreamParts()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._deadline):
+                stream = await self._client.post(
+                    "/chat/completions",
+                    body=kwargs,
+                    cast_to=ChatCompletion,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                )
+        except TimeoutError as exc:
+            raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
+        except Exception as exc:
+            ours = self._stream_error(exc)
+            if ours is exc:
+                raise
+            raise ours from exc
+        try:
+            async with stream, asyncio.timeout(self._idle) as quiet:
+                async for chunk in stream:
+                    quiet.reschedule(loop.time() + self._idle)
+                    piece = parts.add(chunk)
+                    if piece:
+                        await on_text(scrub(piece))
+        except TimeoutError as exc:
+            silent = f"the stream stopped for {self._idle:.0f}s"
+            raise self._error(LLMTimeoutError, silent) from exc
+        except Exception as exc:
+            ours = self._stream_error(exc)
+            if ours is exc:
+                raise
+            raise ours from exc
+        if not parts.chunks:
+            raise self._error(LLMError, "the model's stream was empty")
+        content = parts.content
+        return ChatResponse(
+            content=scrub(content) if content else content,
+            tool_calls=tuple(
+                ToolCall(id=call_id, name=scrub(name), arguments=scrub(arguments))
+                for call_id, name, arguments in parts.calls()
+            ),
+            finish_reason=parts.finish_reason,
+            prompt_tokens=parts.prompt_tokens,
+            completion_tokens=parts.completion_tokens,
+        )
+
+    def _stream_error(self, exc: Exception) -> Exception:
+        """The error of a streamed call as ours (the same kinds as a whole one); others as is."""
+        if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+            return self._error(LLMTimeoutError, str(exc) or type(exc).__name__)
+        if isinstance(exc, openai.APIConnectionError):
+            return self._error(LLMConnectionError, _connection_text(exc))
+        if isinstance(exc, httpx.TransportError):  # the connection broke in the middle
+            return self._error(LLMConnectionError, f"the stream broke off: {exc!r}")
+        if isinstance(exc, openai.RateLimitError):
+            return LLMRateLimitError(
+                redact(_status_text(exc), self._secrets),
+                _retry_after(exc),
+                model=self.model,
+                endpoint=self.endpoint,
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return LLMStatusError(
+                redact(_status_text(exc), self._secrets),
+                exc.status_code,
+                model=self.model,
+                endpoint=self.endpoint,
+            )
+        if isinstance(exc, openai.OpenAIError | ValueError):
+            return self._error(LLMError, f"unusable answer from the model: {exc}")
+        return exc
 
     def _error(self, kind: type[LLMError], message: str) -> LLMError:
         return kind(redact(message, self._secrets), model=self.model, endpoint=self.endpoint)

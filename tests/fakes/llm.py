@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 Reply = dict[str, Any]
+STREAM_TOKEN = 4  # characters per streamed chunk: about one token of English
 Responder = Callable[[dict[str, Any]], Awaitable[Reply | web.StreamResponse] | Reply]
 
 
@@ -202,6 +203,11 @@ class FakeLLM:
     tools_unsupported: bool = False
     # As OpenAI answers for a model without vision: any request with an image part gets a 400.
     vision_unsupported: bool = False
+    # As a server without streaming answers: any request with `stream: true` gets a 400.
+    streaming_unsupported: bool = False
+    # Streamed answers come at this many tokens (STREAM_TOKEN characters each) a second; 0: at once.
+    stream_rate: float = 0.0
+    streams: list[tuple[float, float]] = field(default_factory=list)  # (start, end), monotonic
     transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
     transcripts: list[Reply] = field(default_factory=list)  # text(...) or error(...), in order
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -236,6 +242,12 @@ class FakeLLM:
         async with asyncio.timeout(within), self._arrived:
             await self._arrived.wait_for(lambda: len(pick()) >= count)
 
+    async def wait_for(self, check: Callable[[], bool], within: float = 10.0) -> None:
+        """Wait until `check()` holds, re-checked whenever a request arrives or a stream ends."""
+        assert self._arrived is not None
+        async with asyncio.timeout(within), self._arrived:
+            await self._arrived.wait_for(check)
+
     # -- serving -----------------------------------------------------------------------------------
     def _next_step(self, body: dict[str, Any]) -> Step | None:
         for index, step in enumerate(self.steps):
@@ -258,6 +270,10 @@ class FakeLLM:
                 request,
                 body,
                 error(400, "Invalid content type. image_url is only supported by certain models."),
+            )
+        if self.streaming_unsupported and body.get("stream"):
+            return await self._respond(
+                request, body, error(400, "stream: streaming is not supported by this server")
             )
         if self.tools_unsupported and body.get("tools"):
             model = body.get("model", "fake")
@@ -325,7 +341,7 @@ class FakeLLM:
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
-            return await self._stream(request, body, message, finish)
+            return await self._stream(request, body, message, finish, usage)
         return web.json_response(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
@@ -338,10 +354,22 @@ class FakeLLM:
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], message: dict[str, Any], finish: str
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        message: dict[str, Any],
+        finish: str,
+        usage: dict[str, int],
     ) -> web.StreamResponse:
+        """Server-sent events as OpenAI sends them: `data: {chunk}` lines, then `data: [DONE]`.
+
+        The text goes out STREAM_TOKEN characters a chunk, at `stream_rate` chunks a second on a
+        fixed schedule; a tool call's arguments come in two fragments; usage in a last chunk
+        without choices when `stream_options.include_usage` asks for it.
+        """
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        started = time.monotonic()
         base = {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion.chunk",
@@ -355,13 +383,28 @@ class FakeLLM:
 
         await send({"role": "assistant", "content": ""})
         content = message.get("content") or ""
-        for start in range(0, len(content), 16):
-            await send({"content": content[start : start + 16]})
+        for number, start in enumerate(range(0, len(content), STREAM_TOKEN)):
+            if self.stream_rate:
+                due = started + (number + 1) / self.stream_rate
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await send({"content": content[start : start + STREAM_TOKEN]})
         for index, call in enumerate(message.get("tool_calls") or []):
-            await send({"tool_calls": [{"index": index, **call}]})
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+            await send({"tool_calls": [{"index": index, **head}]})
+            for fragment in (arguments[:half], arguments[half:]):
+                await send({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
         await send({}, finish)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunk = {**base, "choices": [], "usage": usage}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.streams.append((started, time.monotonic()))
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
         return response
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
