@@ -7,6 +7,9 @@ a crash resumes from the stored steps without running a tool twice; the answer i
 (gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the
 one per-message error boundary: it logs one line (the traceback at DEBUG) and answers with a short
 apology naming the cause; it raises nothing but cancellation, so channels handle only transport errors.
+Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
+shows as it is written; what is stored is still exactly the whole answer, or on /stop the part
+written so far with a "(stopped)" mark.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.bus import InboundMessage, OutboundMessage
+from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.commands import AGENT_COMMANDS, HELP_TEXT, command_args, format_size, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
@@ -29,12 +32,13 @@ from gateway.errors import LLMError, describe_errors, leaf_errors
 from gateway.logs import redact
 from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
-from gateway.provider import ChatProvider
+from gateway.provider import ChatProvider, ChatResponse
 from gateway.replay import ReplayAction, find_replay
 from gateway.scope import scope_for
 from gateway.session_lock import SessionLock
 from gateway.tool_steps import close_interrupted, run_tool_step
 from gateway.tools import ToolBox, ToolRegistry, turn_origin
+from gateway.turn_notes import mark_stopped, tool_note
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
@@ -125,23 +129,27 @@ class AgentLoop:
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
+        self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
         self._fixed_counts: dict[str, int] = {}
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
 
     # -- entry point -------------------------------------------------------------------------------
-    async def handle(self, message: InboundMessage) -> OutboundMessage | None:
+    async def handle(
+        self, message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage | None:
         """Answer one inbound message: the one per-message error boundary.
 
         Never raises except `asyncio.CancelledError`: any other failure, however deep (the model,
         the tools' bookkeeping, the session files), becomes one log line (its traceback at DEBUG)
-        and a short apology naming the cause, marked `failed`.
+        and a short apology naming the cause, marked `failed`. With a `stream`, the answer is
+        written to it as the model produces it; the reply returned is the whole of it.
         """
         started = time.monotonic()
         stats = TurnStats()
         if self.observer is not None:
             self.observer.message_in(message.channel)
         try:
-            text = await self._dispatch(message, stats)
+            text = await self._dispatch(message, stats, stream)
             reply = self._reply(message, text, stats) if text else None
         except Exception as exc:
             reply = self._reply(message, self._apology(message, exc), None)
@@ -237,7 +245,9 @@ class AgentLoop:
 
         return replace(reply, on_sent=sent)
 
-    async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
+    async def _dispatch(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
         command = parse_command(message.text)
         if command is not None and command.name in AGENT_COMMANDS:
             return await self._command(command.name, message)
@@ -251,10 +261,12 @@ class AgentLoop:
             # A failure comes out wrapped in an ExceptionGroup, which `handle` takes apart.
             try:
                 async with asyncio.TaskGroup() as group:
-                    turn = group.create_task(self._turn(message, stats))
+                    turn = group.create_task(self._turn(message, stats, stream))
                     self._running[message.key] = turn
             finally:
-                self._running.pop(message.key, None)
+                finished = self._running.pop(message.key, None)
+                if finished is not None:
+                    self._stopped.discard(finished)
             return None if turn.cancelled() else turn.result()
 
     # -- commands ----------------------------------------------------------------------------------
@@ -266,6 +278,7 @@ class AgentLoop:
             turn = self._running.get(key)
             if turn is None or turn.done():
                 return "Nothing to stop."
+            self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
             turn.cancel()
             return "Stopped."
         if name == "status":
@@ -316,7 +329,9 @@ class AgentLoop:
         return "\n".join(lines)
 
     # -- one turn ----------------------------------------------------------------------------------
-    async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
+    async def _turn(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
         turn_origin.set(message)  # this task's own context: the tools learn which chat asks
         session = await self.sessions.get(message.key)
         replay = find_replay(session, message.message_id) if message.message_id else None
@@ -389,7 +404,7 @@ class AgentLoop:
         # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
         messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
         try:
-            reply = await self._tool_loop(session, messages, tools, stats, at)
+            reply = await self._tool_loop(session, messages, tools, stats, at, stream)
             return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
@@ -402,6 +417,7 @@ class AgentLoop:
         tools: ToolRegistry,
         stats: TurnStats,
         current: int,  # index in `messages` of the message this turn answers
+        stream: ReplyStream | None = None,
     ) -> str | None:
         schemas = tools.schemas()
         for _ in range(self.config.agent.max_iterations):
@@ -417,7 +433,13 @@ class AgentLoop:
                     f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
                 )
             called = time.monotonic()
-            response = await self.provider.chat(request, schemas)
+            if stream is None:
+                response = await self.provider.chat(request, schemas)
+            else:
+                answer = await self._ask(session, request, schemas, stream, stats)
+                if isinstance(answer, str):
+                    return answer  # stopped: the part written so far, stored with its mark
+                response = answer
             if self.observer is not None:
                 self.observer.llm_call(
                     time.monotonic() - called, response.prompt_tokens, response.completion_tokens
@@ -432,11 +454,44 @@ class AgentLoop:
                     stats.session = session
                     stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
+            if stream is not None:
+                await stream.status(tool_note((c.name, c.arguments) for c in response.tool_calls))
             messages.extend(await run_tool_step(self.sessions, session, response, tools))
         return (
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
+
+    async def _ask(
+        self,
+        session: Session,
+        request: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        stream: ReplyStream,
+        stats: TurnStats,
+    ) -> ChatResponse | str:
+        """One streamed model call; on /stop, the text written so far, marked and stored as owed.
+
+        Cancelled any other way (shutdown), it stays cancelled and stores nothing: the user
+        message is answered again at the next start, as for a turn that was not streamed.
+        """
+        written: list[str] = []
+
+        async def write(piece: str) -> None:
+            written.append(piece)
+            await stream.write(piece)
+
+        try:
+            return await self.provider.stream_chat(request, schemas, on_text=write)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            partial = "".join(written).strip()
+            if task is None or task not in self._stopped or not partial:
+                raise
+            task.uncancel()  # this cancellation was /stop's, and is answered here
+        text = mark_stopped(partial)
+        stats.session, stats.answer = session, await self.outbox.owe(session, text)
+        return text
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""

@@ -381,26 +381,31 @@ class FakeLLM:
             chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
-        await send({"role": "assistant", "content": ""})
-        content = message.get("content") or ""
-        for number, start in enumerate(range(0, len(content), STREAM_TOKEN)):
-            if self.stream_rate:
-                due = started + (number + 1) / self.stream_rate
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
-            await send({"content": content[start : start + STREAM_TOKEN]})
-        for index, call in enumerate(message.get("tool_calls") or []):
-            arguments = call["function"]["arguments"]
-            half = len(arguments) // 2
-            head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
-            await send({"tool_calls": [{"index": index, **head}]})
-            for fragment in (arguments[:half], arguments[half:]):
-                await send({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
-        await send({}, finish)
-        if (body.get("stream_options") or {}).get("include_usage"):
-            chunk = {**base, "choices": [], "usage": usage}
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+        try:
+            await send({"role": "assistant", "content": ""})
+            content = message.get("content") or ""
+            for number, start in enumerate(range(0, len(content), STREAM_TOKEN)):
+                if self.stream_rate:
+                    due = started + (number + 1) / self.stream_rate
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await send({"content": content[start : start + STREAM_TOKEN]})
+            for index, call in enumerate(message.get("tool_calls") or []):
+                arguments = call["function"]["arguments"]
+                half = len(arguments) // 2
+                head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+                await send({"tool_calls": [{"index": index, **head}]})
+                for fragment in (arguments[:half], arguments[half:]):
+                    await send(
+                        {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+                    )
+            await send({}, finish)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                chunk = {**base, "choices": [], "usage": usage}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            return response  # the client went away mid-stream (a /stop, a shutdown)
         self.streams.append((started, time.monotonic()))
         if self._arrived is not None:
             async with self._arrived:
