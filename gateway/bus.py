@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 _UNSAFE_PART = re.compile(r"[^0-9A-Za-z_-]")
 
+# Ends an answer /stop cut short; the channels mark a message left showing only a tool note with it.
+STOPPED_MARK = "(stopped)"
+
 
 def scrub(text: str) -> str:
     """Replace lone UTF-16 surrogates, which no file or wire format can carry, with U+FFFD.

@@ -1,6 +1,6 @@
 """What a streamed turn shows besides the answer: a note while tools run, the mark of a stopped one.
 
-Pure functions of plain values; imports nothing of ours.
+Pure functions of plain values; imports only `gateway.bus` of ours.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-STOPPED_MARK = "(stopped)"
+from gateway.bus import STOPPED_MARK
 
 # The -ing form people read while a tool works, for the tools memgate itself offers.
 _DOING = {

@@ -575,7 +575,9 @@ class Recorder:
         self.reply = reply
         self.inbound: list[InboundMessage] = []
 
-    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
+    async def __call__(
+        self, message: InboundMessage, stream: object = None
+    ) -> OutboundMessage | None:
         self.inbound.append(message)
         return OutboundMessage(message.channel, message.chat_id, self.reply(message.text))
 
