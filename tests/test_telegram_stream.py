@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -65,7 +66,7 @@ async def test_private_chat_drafts_then_one_message(
     assert first_draft < stream_end
     assert fake_telegram.shown(42) == [parse_html(render_html(ANSWER.strip()))]
     calls = live_calls(fake_telegram, 42)
-    assert all(b - a >= SPACING for a, b in zip(calls, calls[1:], strict=False))
+    assert all(b - a >= SPACING for a, b in itertools.pairwise(calls))
     assert assistant_lines(runtime, "telegram:42") == [ANSWER.strip()]
 
 
@@ -104,7 +105,7 @@ async def test_group_reply_is_one_message_edited(
     assert edits[-1].params["parse_mode"] == "HTML"
     assert edits[-1].params["text"] == render_html(ANSWER.strip())
     calls = live_calls(fake_telegram, GROUP)
-    assert all(b - a >= SPACING for a, b in zip(calls, calls[1:], strict=False))
+    assert all(b - a >= SPACING for a, b in itertools.pairwise(calls))
 
 
 async def test_long_group_reply_ends_as_three_messages(
@@ -125,7 +126,7 @@ async def test_long_group_reply_ends_as_three_messages(
     assert len(fake_telegram.shown(GROUP)) == 3
     assert len(fake_telegram.sent(GROUP)) == 3  # each message sent once, then edited
     calls = live_calls(fake_telegram, GROUP)
-    assert all(b - a >= SPACING for a, b in zip(calls, calls[1:], strict=False))
+    assert all(b - a >= SPACING for a, b in itertools.pairwise(calls))
 
 
 async def test_refused_drafts_fall_back_to_an_edited_message(
