@@ -15,13 +15,35 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from gateway.bus import STOPPED_MARK
+from gateway.bus import STOPPED_MARK, OutboundMessage
 
 log = logging.getLogger(__name__)
 
 EVERY = 1.0  # seconds between two updates of one reply: Telegram's ~1 edit a second per chat
 FIRST_CHARS = 200  # a message (not a draft) is first sent with this much text…
 FIRST_WAIT = 1.0  # …or this many seconds after the text began, whichever comes first
+
+
+class Pacer:
+    """At most one live call a second per chat, across all the replies to it."""
+
+    def __init__(self, every: float = EVERY) -> None:
+        self._every = every
+        self._last: dict[int, float] = {}
+
+    async def turn(self, chat_id: int, *, wait: bool, not_before: float = 0.0) -> bool:
+        """Whether a live reply may call the platform for `chat_id` now (`not_before`: a loop
+        time set by flood control). `wait`: wait for the turn rather than skip it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ready = max(not_before, self._last.get(chat_id, -self._every) + self._every)
+            if now >= ready:
+                self._last[chat_id] = now
+                return True
+            if not wait:
+                return False
+            await asyncio.sleep(ready - now)
 
 
 class Surface(Protocol):
@@ -171,6 +193,10 @@ class LiveReply:
     def untouched(self) -> bool:
         """Nothing was shown yet: the reply can be sent as any reply is."""
         return not self._shown
+
+    async def finish_reply(self, reply: OutboundMessage) -> bool:
+        """`finish` with the reply's text: a channel's send for a reply that was shown."""
+        return await self.finish(reply.text)
 
     async def finish(self, text: str | None) -> bool:
         """Put the whole reply in place of what was shown; True when all of it went out.

@@ -23,7 +23,7 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
-from channels.live import EVERY, LiveReply
+from channels.live import LiveReply, Pacer
 from channels.telegram_html import Piece, markdown_parts, render_part, render_pieces
 from gateway.bus import OutboundMessage
 
@@ -51,7 +51,7 @@ class TelegramDelivery:
         self._flood_until = 0.0
         self._send_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)  # per chat
         self._typing: dict[Target, tuple[int, asyncio.Task[None]]] = {}
-        self._live_at: dict[int, float] = {}  # per chat: when a live reply last called Telegram
+        self._pacer = Pacer()  # live replies: one call a second per chat
         self._no_drafts: set[int] = set()  # chats where Telegram refused a draft
 
     def live(self, target: Target, *, private: bool, reply_to: int | None) -> LiveReply | None:
@@ -77,16 +77,7 @@ class TelegramDelivery:
     async def live_turn(self, chat_id: int, *, wait: bool) -> bool:
         """Whether a live reply may call Telegram for `chat_id` now: at most one call a second
         per chat, none under flood control. `wait`: wait for the turn rather than skip it."""
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            ready = max(self._flood_until, self._live_at.get(chat_id, -EVERY) + EVERY)
-            if now >= ready:
-                self._live_at[chat_id] = now
-                return True
-            if not wait:
-                return False
-            await asyncio.sleep(ready - now)
+        return await self._pacer.turn(chat_id, wait=wait, not_before=self._flood_until)
 
     def flooded(self, exc: RetryAfter, chat_id: int) -> None:
         """Telegram asked us to wait: every send and live update of the channel waits."""

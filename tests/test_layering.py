@@ -16,7 +16,7 @@ TELEGRAM_ADAPTER = (
     "channels/telegram_mentions.py",
     "channels/telegram_updates.py",
 )
-DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py")
+DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py", "channels/discord_live.py")
 OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": "gateway/provider.py",
     "telegram": TELEGRAM_ADAPTER,

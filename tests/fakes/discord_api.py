@@ -254,6 +254,8 @@ class FakeDiscord:
     # Set: a message POST counts in `held` and waits for it before Discord takes the message.
     send_hold: asyncio.Event | None = None
     held: int = 0
+    # The bot's messages as they read now (edits included), per channel, in the order sent.
+    posted: dict[int, dict[str, Json]] = field(default_factory=dict)
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
@@ -319,6 +321,19 @@ class FakeDiscord:
             r.body
             for r in self.requests
             if r.method == "POST" and r.status < 300 and pattern.fullmatch(r.path)
+        ]
+
+    def shown(self, channel_id: int) -> list[str]:
+        """The content of each of the bot's messages in a channel, as it reads now."""
+        return [payload["content"] for payload in self.posted.get(channel_id, {}).values()]
+
+    def edits(self, channel_id: int) -> list[Request]:
+        """Every accepted edit (PATCH) of the bot's messages in a channel, in order."""
+        pattern = re.compile(rf"/channels/{channel_id}/messages/[0-9]+")
+        return [
+            r
+            for r in self.requests
+            if r.method == "PATCH" and r.status < 300 and pattern.fullmatch(r.path)
         ]
 
     def calls(self, method: str, path: str) -> list[Request]:
@@ -395,7 +410,24 @@ class FakeDiscord:
             async with self._changed:
                 self._changed.notify_all()
             await self.send_hold.wait()
-        return _json(message(channel_id, BOT_USER, body.get("content", "")))
+        content = body.get("content", "")
+        if len(content) > 2000:
+            return _too_long()
+        payload = message(channel_id, BOT_USER, content)
+        self.posted.setdefault(channel_id, {})[payload["id"]] = payload
+        return _json(payload)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        channel_id = int(request.match_info["channel_id"])
+        payload = self.posted.get(channel_id, {}).get(request.match_info["message_id"])
+        if payload is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if len(body.get("content", "")) > 2000:
+            return _too_long()
+        payload["content"] = body.get("content", payload["content"])
+        payload["edited_timestamp"] = _now()
+        return _json(payload)
 
     async def _typing(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
@@ -484,6 +516,9 @@ class FakeDiscord:
         app.router.add_get(API_PREFIX + "/gateway", self._gateway_info)
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_info)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
+        app.router.add_patch(
+            API_PREFIX + "/channels/{channel_id}/messages/{message_id}", self._edit_message
+        )
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
         app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._not_found)
         app.router.add_get("/attachments/{name}", self._download)
@@ -505,6 +540,13 @@ def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None
         content_type="application/json",
         headers=headers,
     )
+
+
+def _too_long() -> web.Response:
+    """Discord's answer to content over 2,000 characters."""
+    body = {"message": "Invalid Form Body", "code": 50035,
+            "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}}  # fmt: skip
+    return _json(body, status=400)
 
 
 def _too_many(retry_after: float) -> web.Response:
