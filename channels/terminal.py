@@ -137,13 +137,14 @@ class Printer:
     """The terminal's `ReplyStream`: the answer printed as it is written, tool notes on a line
     of their own."""
 
-    def __init__(self) -> None:
+    def __init__(self, lead: str = "\n") -> None:
         self.printed = False
+        self._lead = lead  # printed before the first piece: the prompt's line is left alone
         self._text = ""  # the answer printed since the last tool note
 
     async def write(self, text: str) -> None:
         if not self.printed:
-            print()
+            print(self._lead, end="")
         self.printed = True
         self._text += text
         print(text, end="", flush=True)
