@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from bench import durability, figures, report
+from bench import durability, figures, first_text, report
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
 from bench.runner import Bench, System
@@ -60,14 +60,19 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"is still held, are timed against the same turns of a twin chat played in lockstep in "
         f"the same process by a second instance where nothing consolidates (memgate window "
         f"1000, nanobot's default 128,000-token window).",
-        "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (nanobot streams its reply, "
-        "memgate does not), after one untimed run that creates the workspace files.",
+        "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (both stream their reply), "
+        "after one untimed run that creates the workspace files.",
         f"- e: `ru_maxrss` of the driver process, which imports the system and its CLI module; "
         f"16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}.",
         f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
         f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
         f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "
         f"plus the tool schemas), the same for both; nanobot itself estimates with cl100k_base.",
+        f"- g: `memgate chat -m` (streaming on, and `--no-stream`) and `nanobot agent -m "
+        f"--no-markdown`, each on a pseudo-terminal (nanobot draws its stream only on one); the "
+        f"fake writes a {first_text.TOKENS}-token reply at {first_text.RATE:.0f} tokens/s, "
+        f"streamed or whole. Timed from the fake receiving the request to the reply's first "
+        f"word, and to its last, appearing in the output; start-up is figure d. Runs as d.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
         f"whole bench took {minutes:.1f} minutes.",
@@ -118,6 +123,8 @@ def main() -> None:
             bench, systems, plan.prompts, TokenCounter("gpt-4o-mini")
         )
         rows += prompt_rows
+        print("g. first visible text", flush=True)
+        rows += first_text.first_text(bench, systems, plan.startup)
         data = bench.scratch / "plot.json"
         data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))
         png = (DOCS if not args.quick else bench.scratch) / "benchmarks.png"

@@ -205,7 +205,8 @@ class FakeLLM:
     vision_unsupported: bool = False
     # As a server without streaming answers: any request with `stream: true` gets a 400.
     streaming_unsupported: bool = False
-    # Streamed answers come at this many tokens (STREAM_TOKEN characters each) a second; 0: at once.
+    # Answers are written at this many tokens (STREAM_TOKEN characters each) a second, streamed
+    # or whole (a whole one comes when its last token is written); 0: at once.
     stream_rate: float = 0.0
     streams: list[tuple[float, float]] = field(default_factory=list)  # (start, end), monotonic
     transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
@@ -261,6 +262,7 @@ class FakeLLM:
         except json.JSONDecodeError:
             return web.json_response({"error": {"message": "bad json"}}, status=400)
         body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
+        body["_arrived_at"] = time.monotonic()
         self.requests.append(body)
         if self._arrived is not None:
             async with self._arrived:
@@ -342,6 +344,9 @@ class FakeLLM:
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
             return await self._stream(request, body, message, finish, usage)
+        if self.stream_rate:  # as long as the model takes to write it all
+            tokens = -(-len(message.get("content") or "") // STREAM_TOKEN)
+            await asyncio.sleep(tokens / self.stream_rate)
         return web.json_response(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
