@@ -44,6 +44,8 @@ class DiscordSurface:
         options: dict[str, Any] = (
             {"reference": self._reference} if first and self._reference else {}
         )
+        if not final and not await self._pacer.turn(self._channel.id, wait=False):
+            return None  # sent at the next update
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
                 return await self._channel.send(text, **options)

@@ -32,8 +32,9 @@ class Pacer:
         self._last: dict[int, float] = {}
 
     async def turn(self, chat_id: int, *, wait: bool, not_before: float = 0.0) -> bool:
-        """Whether a live reply may call the platform for `chat_id` now (`not_before`: a loop
-        time set by flood control). `wait`: wait for the turn rather than skip it."""
+        """Whether a live reply may update a message in `chat_id` now (`not_before`: a loop time
+        set by flood control). `wait`: wait for the turn rather than skip it. New messages of a
+        finished text are not paced here: they go out as any reply's pieces do."""
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()

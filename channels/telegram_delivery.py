@@ -243,8 +243,7 @@ class _LiveSurface:
 
     async def post(self, text: str, *, final: bool, first: bool) -> object | None:
         reply_to = self._reply_to if first else None
-        if final:
-            await self._delivery.live_turn(self._chat, wait=True)
+        if final:  # sent as a whole reply's pieces are, flood control honoured
             sent = True
             for index, piece in enumerate(await asyncio.to_thread(render_part, text)):
                 sent = (

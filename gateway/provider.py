@@ -438,7 +438,7 @@ class OpenAIProvider:
                 raise
             raise ours from exc
         if not parts.chunks:
-            raise self._error(LLMError, "the model's stream was empty")
+            raise self._error(LLMError, "unusable answer from the model: an empty stream")
         content = parts.content
         return ChatResponse(
             content=scrub(content) if content else content,

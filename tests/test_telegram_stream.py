@@ -37,8 +37,8 @@ def channel_for(fake: FakeTelegram, runtime: Runtime, **options: object):  # typ
 
 
 def live_calls(fake: FakeTelegram, chat_id: int) -> list[float]:
-    """When the bot called Telegram about a reply in `chat_id` (drafts, sends, edits)."""
-    methods = ("sendMessageDraft", "sendMessage", "editMessageText")
+    """When the bot updated a reply in `chat_id` (drafts, edits): the calls paced per chat."""
+    methods = ("sendMessageDraft", "editMessageText")
     return [c.at for c in fake.calls if c.method in methods and c.params.get("chat_id") == chat_id]
 
 

@@ -322,6 +322,8 @@ class FakeLLM:
                 headers["retry-after"] = str(err.pop("retry_after"))
             payload = {"error": {"type": "fake_error", "code": None, "param": None, **err}}
             return web.json_response(payload, status=status, headers=headers)
+        if "raw" in reply and body.get("stream"):  # the same broken text, as a server-sent event
+            return web.Response(text=f"data: {reply['raw']}\n\n", content_type="text/event-stream")
         if "raw" in reply:
             return web.Response(text=reply["raw"], content_type="application/json")
         message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
@@ -369,7 +371,7 @@ class FakeLLM:
         """Server-sent events as OpenAI sends them: `data: {chunk}` lines, then `data: [DONE]`.
 
         The text goes out STREAM_TOKEN characters a chunk, at `stream_rate` chunks a second on a
-        fixed schedule; a tool call's arguments come in two fragments; usage in a last chunk
+        fixed schedule (unpaced, in larger chunks when it is long); a tool call's arguments come in two fragments; usage in a last chunk
         without choices when `stream_options.include_usage` asks for it.
         """
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -389,11 +391,13 @@ class FakeLLM:
         try:
             await send({"role": "assistant", "content": ""})
             content = message.get("content") or ""
-            for number, start in enumerate(range(0, len(content), STREAM_TOKEN)):
+            # Unpaced, a long answer comes in about a thousand chunks, as fast as a test wants.
+            size = STREAM_TOKEN if self.stream_rate else max(STREAM_TOKEN, len(content) // 1000)
+            for number, start in enumerate(range(0, len(content), size)):
                 if self.stream_rate:
                     due = started + (number + 1) / self.stream_rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
-                await send({"content": content[start : start + STREAM_TOKEN]})
+                await send({"content": content[start : start + size]})
             for index, call in enumerate(message.get("tool_calls") or []):
                 arguments = call["function"]["arguments"]
                 half = len(arguments) // 2
