@@ -109,6 +109,8 @@ class LiveReply:
 
     async def status(self, note: str) -> None:
         self._text, self._note = "", note
+        # Messages this text finished stay as they are; the answer after the tools starts anew.
+        self._finished = []
         await self._touch()
 
     async def _touch(self) -> None:

@@ -110,3 +110,28 @@ async def test_shutdown_mid_stream_stores_no_partial(runtime: Runtime, fake_llm:
     with contextlib.suppress(asyncio.CancelledError):
         await turn
     assert assistant_lines(runtime) == []
+
+
+async def test_message_cut_mid_stream_is_answered_when_replayed(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A stream cut by a crash leaves the user message; replayed, it is answered, stored once."""
+    fake_llm.stream_rate = 50
+    fake_llm.push(text("word " * 400))
+    shown = Shown()
+    message = inbound("write a lot", message_id="m1")
+    turn = asyncio.create_task(runtime.agent.handle(message, shown))
+    await shown.wait_for_text(40)
+    turn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await turn
+    fake_llm.stream_rate = 0
+    fake_llm.push(text("The whole answer."))
+    reply = await runtime.agent.handle(message, Shown())
+    assert reply is not None and reply.text == "The whole answer."
+    path = runtime.sessions.path_for("test:42")
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert [(m["role"], m["content"]) for m in lines] == [
+        ("user", "write a lot"),
+        ("assistant", "The whole answer."),
+    ]
