@@ -201,7 +201,7 @@ class ChatChannelConfig(_Section):
     dm_policy: DmPolicy = "pairing"
     """DMs from people not in allow_from: pairing (they get a code an owner approves), allowlist (ignored), open (anyone; needs allow_from ["*"]) or disabled (no DMs at all)."""
     streaming: Literal["on", "off"] = "on"
-    """on: replies show while they are written (a draft in private Telegram chats, else a message edited about once a second); off: each reply arrives whole."""
+    """on: replies show while they are written (a draft, or a message edited about once a second); off: each reply arrives whole."""
 
     @field_validator("allow_from", mode="before")
     @classmethod
