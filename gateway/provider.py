@@ -356,21 +356,22 @@ class OpenAIProvider:
         """One completion asked as a stream: each piece of answer text goes to `on_text` as it
         arrives, tool-call fragments are put together, usage is asked for where it is offered.
 
-        A 400 before anything streamed is answered by `chat()`, which adapts to refused tools,
-        images and parameters. When that call succeeds and the refusal named none of those, the
-        endpoint refuses streaming: it is switched off for the process with one warning, and from
-        then on (as for this call) the whole text goes to `on_text` at once.
+        Refused tools, images and parameters are learnt as `chat()` learns them. Any other 400
+        before anything streamed is asked again whole; when that succeeds, the endpoint refuses
+        streaming: it is switched off for the process with one warning, and from then on (as for
+        this call) the whole text goes to `on_text` at once.
         """
-        if not self.stream_support.enabled:
-            return await self._whole(messages, tools, on_text)
-        for _ in range(2):  # a second try only without stream_options
+        for _ in range(5):  # at most one adaptation per refused parameter
+            if not self.stream_support.enabled:
+                break
             kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
             kwargs[self._limit_key] = self.max_tokens
             if self._send_temperature:
                 kwargs["temperature"] = self.temperature
             if self._stream_usage:
                 kwargs["stream_options"] = {"include_usage": True}
-            if tools and self.tool_support.enabled:
+            sends_tools = bool(tools) and self.tool_support.enabled
+            if sends_tools:
                 kwargs["tools"] = tools
             try:
                 return await self._stream(kwargs, on_text)
@@ -378,22 +379,28 @@ class OpenAIProvider:
                 if exc.status not in (400, 422):
                     raise
                 refusal = str(exc)
-            if "stream_options" in refusal and self._stream_usage:
-                self._stream_usage = False  # usage then counts as 0 for streamed replies
-                continue
-            known = (
-                _TOOLS_REFUSED.search(refusal)
-                or _IMAGES_REFUSED.search(refusal)
-                or "max_tokens" in refusal
-                or "temperature" in refusal
-            )
+                if _IMAGES_REFUSED.search(refusal) and has_images(messages):
+                    if not self.vision_support.refused(self.model):
+                        raise
+                    messages = without_images(messages)
+                    continue
+                if sends_tools and _TOOLS_REFUSED.search(refusal):
+                    if not self.tool_support.refused(self.model):
+                        raise LLMToolsUnsupportedError(
+                            refusal, exc.status or 400, model=self.model, endpoint=self.endpoint
+                        ) from exc
+                    continue
+                if "stream_options" in refusal and self._stream_usage:
+                    self._stream_usage = False  # usage then counts as 0 for streamed replies
+                    continue
+                if self._adapt(exc):
+                    continue
             response = await self.chat(messages, tools)
-            if not known:
-                self.stream_support.refused(self.model)
+            self.stream_support.refused(self.model)  # the same request was taken whole
             if response.content and not response.tool_calls:
                 await on_text(response.content)
             return response
-        raise AssertionError("unreachable")
+        return await self._whole(messages, tools, on_text)
 
     async def _whole(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, on_text: TextSink

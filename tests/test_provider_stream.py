@@ -82,7 +82,7 @@ async def test_refused_streaming_falls_back_once(
 
 
 async def test_other_refusals_keep_streaming(fake_llm: FakeLLM) -> None:
-    """A 400 that is not about streaming (a refused parameter) leaves streaming on."""
+    """A refused parameter is learnt as for a whole call, and the answer still streams."""
     fake_llm.push(error(400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'"))
     fake_llm.push(text("adapted"))
     fake_llm.push(text("streamed again"))
@@ -92,7 +92,8 @@ async def test_other_refusals_keep_streaming(fake_llm: FakeLLM) -> None:
     assert (await chat.stream_chat(ASK, on_text=sink)).content == "streamed again"
     await chat.close()
     assert chat.stream_support.enabled
-    assert [bool(r.get("stream")) for r in fake_llm.requests] == [True, False, True]
+    assert [bool(r.get("stream")) for r in fake_llm.requests] == [True, True, True]
+    assert "max_completion_tokens" in fake_llm.requests[-1]
 
 
 async def test_server_error_in_stream_is_an_llm_error(fake_llm: FakeLLM) -> None:
@@ -117,3 +118,24 @@ _TOOL = {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
     },
 }
+
+
+async def test_refused_tools_are_dropped_and_the_answer_still_streams(
+    fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model without tool calling: the streamed call goes again without tools, one warning."""
+    fake_llm.tools_unsupported = True
+    fake_llm.push(text("no tools needed"))
+    chat = provider(fake_llm)
+    sink = Pieces()
+    with caplog.at_level(logging.WARNING, logger="gateway.provider"):
+        response = await chat.stream_chat(ASK, [_TOOL], on_text=sink)
+    await chat.close()
+    assert response.content == "".join(sink.pieces) == "no tools needed"
+    assert len(sink.pieces) > 1
+    assert [("tools" in r, bool(r.get("stream"))) for r in fake_llm.requests] == [
+        (True, True),
+        (False, True),
+    ]
+    assert chat.stream_support.enabled and not chat.tool_support.enabled
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
