@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from bench import durability, figures, report
+from bench import durability, figures, first_text, report
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
 from bench.runner import Bench, System
@@ -70,8 +70,7 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"is still held, are timed against the same turns of a twin chat played in lockstep in "
         f"the same process by a second instance where nothing consolidates (memgate window "
         f"1000, nanobot's default 128,000-token window).",
-        "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (nanobot streams its reply, "
-        "memgate does not), after one untimed run that creates the workspace files; the time "
+        "- d: `memgate chat -m` and `nanobot agent -m --no-markdown` (both stream their reply), after one untimed run that creates the workspace files; the time "
         "runs from spawning the console script to the reply on its stdout, and to its exit. Both "
         "build their tokenizer's vocabulary during the first turn (memgate o200k_base, nanobot "
         "cl100k_base).",
@@ -88,6 +87,11 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"memgate keeps its defaults (`memory.window` 100): a run consolidates what is due and "
         f"fills its call with the following whole turns, short of the newest 4; nanobot "
         f"consolidates from its full budget down to half of it.",
+        f"- g: `memgate chat -m` (streaming on, and `--no-stream`) and `nanobot agent -m "
+        f"--no-markdown`, each on a pseudo-terminal (nanobot draws its stream only on one); the "
+        f"fake writes a {first_text.TOKENS}-token reply at {first_text.RATE:.0f} tokens/s, "
+        f"streamed or whole. Timed from the fake receiving the request to the reply's first "
+        f"word, and to its last, appearing in the output; start-up is figure d. Runs as d.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
         f"whole bench took {minutes:.1f} minutes.",
@@ -98,14 +102,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
     parser.add_argument(
-        "--only", default="abcdef", help="figures to run, e.g. a,f (then nothing is written)"
+        "--only", default="abcdefg", help="figures to run, e.g. a,f (then nothing is written)"
     )
     args = parser.parse_args()
     only = set(args.only.replace(",", ""))
-    unknown = only - set("abcdef")
+    unknown = only - set("abcdefg")
     if unknown:
-        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to f)")
-    partial = only != set("abcdef")
+        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to g)")
+    partial = only != set("abcdefg")
     writes = not args.quick and not partial
     plan = Plan(1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
     started = time.monotonic()
@@ -158,6 +162,9 @@ def main() -> None:
                 bench, systems, plan.prompts, TokenCounter("gpt-4o-mini")
             )
             rows += prompt_rows
+        if "g" in only:
+            print("g. first visible text", flush=True)
+            rows += first_text.first_text(bench, systems, plan.startup)
         if not partial:
             data = bench.scratch / "plot.json"
             data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))

@@ -147,6 +147,19 @@ class BenchLLM:
 
         self._on_loop(clear)
 
+    def write_slowly(self, answer: str | None, rate: float = 0.0) -> None:
+        """Answer chat turns with `answer`, written at `rate` tokens a second whether streamed or
+        not (consolidations as before); None: echo at once again."""
+
+        def chat(body: dict[str, Any]) -> Reply:
+            return bench_reply(body) if answer is None or is_consolidation(body) else text(answer)
+
+        def switch() -> None:
+            self.fake.default = chat
+            self.fake.stream_rate = rate
+
+        self._on_loop(switch)
+
     def requests(self) -> list[dict[str, Any]]:
         """A copy of every request recorded since the last reset."""
         return self._on_loop(lambda: list(self.fake.requests))

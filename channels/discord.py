@@ -27,6 +27,7 @@ from channels.discord_connect import (
     intents,
     point_library_at,
 )
+from channels.discord_live import MESSAGE_LIMIT, live_reply
 from channels.discord_messages import (
     attachment_kind,
     clean_content,
@@ -35,7 +36,8 @@ from channels.discord_messages import (
     keep_typing,
     mentions,
 )
-from channels.inbox import Inbox, Json, settle
+from channels.inbox import Inbox, Json, Send, settle
+from channels.live import LiveReply, Pacer
 from channels.media_names import safe_name
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
@@ -43,8 +45,6 @@ from gateway.config import DiscordConfig
 from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
-
-MESSAGE_LIMIT = 2000  # characters per Discord message
 
 _LOGIN_TIMEOUT = 30.0
 _DOWNLOAD_TIMEOUT = 60.0
@@ -76,6 +76,8 @@ class DiscordChannel:
         if not settings.token.strip():
             raise DiscordChannelError("channels.discord.token: must not be empty")
         self._handler = handler
+        self._streaming = settings.streaming == "on"
+        self._pacer = Pacer()  # live replies: one call a second per channel
         self._token = settings.token.strip()
         self._pairing = pairing
         approvals = pairing.is_approved if pairing is not None else None
@@ -288,11 +290,17 @@ class DiscordChannel:
 
     async def _handle(self, message: discord.Message, text: str, mentioned: bool) -> None:
         chat_id = str(message.channel.id)
+        live = self._live(message) if self._streaming else None
         async with asyncio.TaskGroup() as group:
             typing = group.create_task(keep_typing(message.channel))
-            reply = await self._call_handler(message, text, mentioned)
+            reply = await self._call_handler(message, text, mentioned, live)
             typing.cancel()
-        await settle(reply, lambda: self._finish(message.id), self._send_pieces)
+        send: Send = self._send_pieces
+        if live is not None and not live.untouched:
+            send = live.finish_reply
+            if reply is None:
+                await live.finish(None)
+        await settle(reply, lambda: self._finish(message.id), send)
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -301,8 +309,18 @@ class DiscordChannel:
             reply is not None,
         )
 
+    def _live(self, message: discord.Message) -> LiveReply | None:
+        """A reply shown while written in the message's channel; None while not connected."""
+        client = self._client
+        if client is None or client.is_closed():
+            return None
+        channel = client.get_partial_messageable(message.channel.id)
+        # As for a whole reply: in a guild the answer refers to the question, in a DM not.
+        reference = message.to_reference(fail_if_not_exists=False) if message.guild else None
+        return live_reply(channel, reference, self._pacer)
+
     async def _call_handler(
-        self, message: discord.Message, text: str, mentioned: bool
+        self, message: discord.Message, text: str, mentioned: bool, live: LiveReply | None
     ) -> OutboundMessage | None:
         """Build the inbound message and run the handler (which answers its own errors)."""
         text, media = await self._with_attachments(message, text)
@@ -318,7 +336,10 @@ class DiscordChannel:
             mentioned=mentioned,
             message_id=str(message.id),
         )
-        return await self._handler(inbound)
+        if live is None:
+            return await self._handler(inbound)
+        async with live.showing():
+            return await self._handler(inbound, stream=live)
 
     async def _with_attachments(
         self, message: discord.Message, text: str

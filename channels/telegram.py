@@ -384,15 +384,32 @@ class TelegramChannel:
 
     async def _turn(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
         assert self._tasks is not None
+        live = None
+        if self._settings.streaming == "on":
+            answers = int(inbound.message_id) if inbound.is_group and inbound.message_id else None
+            live = self._delivery.live(target, private=not inbound.is_group, reply_to=answers)
         with self._delivery.typing_while(target, self._tasks):
-            reply = await self._handler(inbound)  # it answers its own errors
+            if live is None:
+                reply = await self._handler(inbound)  # it answers its own errors
+            else:
+                async with live.showing():
+                    reply = await self._handler(inbound, stream=live)
         if reply is not None:
             if target.thread_id and "thread_id" not in reply.metadata:
                 meta = {**reply.metadata, "thread_id": str(target.thread_id)}
                 reply = replace(reply, metadata=meta)
             if inbound.is_group and reply.reply_to is None:
                 reply = replace(reply, reply_to=inbound.message_id)
-        await settle(reply, lambda: self._finish(update_id), self._delivery.send_pieces)
+        send = self._delivery.send_pieces
+        if live is not None:
+            shown = live
+
+            async def send(message: OutboundMessage) -> bool:
+                return await self._delivery.finish_live(shown, target.chat_id, message)
+
+            if reply is None:
+                await self._delivery.finish_live(live, target.chat_id, None)
+        await settle(reply, lambda: self._finish(update_id), send)
 
     # -- sending ----------------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> bool:

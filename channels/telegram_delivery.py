@@ -1,7 +1,8 @@
-"""Telegram delivery: replies as HTML pieces, flood control, retries, and the typing indicator.
+"""Telegram delivery: replies as HTML pieces, flood control, retries, the typing indicator, and
+replies shown while they are written (drafts in private chats, else a message edited).
 
 Part of the Telegram adapter, so it may import `telegram`; of ours `gateway.bus` and the
-channels' own HTML renderer.
+channels' own HTML renderer and live replies.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import random
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,8 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
-from channels.telegram_html import Piece, render_pieces
+from channels.live import LiveReply, Pacer
+from channels.telegram_html import Piece, markdown_parts, render_part, render_pieces
 from gateway.bus import OutboundMessage
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,39 @@ class TelegramDelivery:
         self._flood_until = 0.0
         self._send_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)  # per chat
         self._typing: dict[Target, tuple[int, asyncio.Task[None]]] = {}
+        self._pacer = Pacer()  # live replies: one call a second per chat
+        self._no_drafts: set[int] = set()  # chats where Telegram refused a draft
+
+    def live(self, target: Target, *, private: bool, reply_to: int | None) -> LiveReply | None:
+        """A reply shown while it is written: drafts in a private chat that takes them, else a
+        message sent and edited. None while the channel is not running."""
+        bot = self._bot()
+        if bot is None:
+            return None
+        surface = _LiveSurface(self, bot, target, reply_to)
+        return LiveReply(surface, drafts=private and target.chat_id not in self._no_drafts)
+
+    async def finish_live(
+        self, live: LiveReply, chat_id: int, message: OutboundMessage | None
+    ) -> bool:
+        """Put the whole reply where it was shown (a reply nothing was shown of goes out as any
+        reply); True when all of it went out."""
+        if live.untouched:
+            return await self.send_pieces(message) if message is not None else True
+        # Like a reply's pieces, never interleaved with another reply to the chat.
+        async with self._send_locks[chat_id]:
+            return await live.finish(message.text if message is not None else None)
+
+    async def live_turn(self, chat_id: int, *, wait: bool) -> bool:
+        """Whether a live reply may call Telegram for `chat_id` now: at most one call a second
+        per chat, none under flood control. `wait`: wait for the turn rather than skip it."""
+        return await self._pacer.turn(chat_id, wait=wait, not_before=self._flood_until)
+
+    def flooded(self, exc: RetryAfter, chat_id: int) -> None:
+        """Telegram asked us to wait: every send and live update of the channel waits."""
+        seconds = retry_seconds(exc)
+        self._flood_until = asyncio.get_running_loop().time() + seconds
+        log.warning("telegram flood control chat_id=%s retry_after=%s", chat_id, seconds)
 
     async def send_pieces(self, message: OutboundMessage) -> bool:
         """Send a reply as HTML pieces within Telegram's limit; True when every piece went out.
@@ -84,7 +119,9 @@ class TelegramDelivery:
                 reply_to, allow_sending_without_reply=True
             )
         try:
-            await self._deliver(bot, text=piece.html, parse_mode=ParseMode.HTML, **options)
+            await self._deliver(
+                bot.send_message, text=piece.html, parse_mode=ParseMode.HTML, **options
+            )
             return True
         except BadRequest as exc:
             if not _entities_refused(exc):
@@ -95,29 +132,27 @@ class TelegramDelivery:
             log.warning("telegram send failed chat_id=%s error=%s", chat_id, exc)
             return False
         try:
-            await self._deliver(bot, text=piece.markdown, **options)
+            await self._deliver(bot.send_message, text=piece.markdown, **options)
             return True
         except TelegramError as exc:
             log.warning("telegram plain send failed chat_id=%s error=%s", chat_id, exc)
             return False
 
-    async def _deliver(self, bot: Bot, **options: Any) -> None:
-        """sendMessage, honouring flood control (wait out a retry_after, then try once more) and
-        trying again, with backoff, a send that failed before reaching Telegram or with a 5xx."""
+    async def _deliver(self, call: Callable[..., Awaitable[object]], **options: Any) -> None:
+        """sendMessage (or editMessageText), honouring flood control (wait out a retry_after,
+        then try once more) and trying again, with backoff, a call that failed before reaching
+        Telegram or with a 5xx."""
         floods = failures = 0
         while True:
             wait = self._flood_until - asyncio.get_running_loop().time()
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                await bot.send_message(**options)
+                await call(**options)
                 return
             except RetryAfter as exc:
+                self.flooded(exc, options["chat_id"])
                 seconds = retry_seconds(exc)
-                self._flood_until = asyncio.get_running_loop().time() + seconds
-                log.warning(
-                    "telegram flood control chat_id=%s retry_after=%s", options["chat_id"], seconds
-                )
                 floods += 1
                 if floods == 2 or seconds > MAX_FLOOD_WAIT:
                     raise
@@ -168,6 +203,126 @@ class TelegramDelivery:
             await asyncio.sleep(TYPING_EVERY)
 
 
+class _LiveSurface:
+    """A live reply's `Surface` on Telegram: drafts, then messages in HTML (plain as fallback).
+
+    What is shown while the text comes is plain text: half-written Markdown is no HTML yet.
+    """
+
+    def __init__(
+        self, delivery: TelegramDelivery, bot: Bot, target: Target, reply_to: int | None
+    ) -> None:
+        self._delivery = delivery
+        self._bot = bot
+        self._chat = target.chat_id
+        self._thread = target.thread_id
+        self._reply_to = reply_to
+        self._draft_id = random.randint(1, 2**31 - 1)  # any non-zero id; the same one animates
+
+    def split(self, text: str) -> list[str]:
+        return markdown_parts(text)
+
+    async def preview(self, text: str) -> bool:
+        if not await self._delivery.live_turn(self._chat, wait=False):
+            return True  # the next update shows the text as it then stands
+        try:
+            await self._bot.send_message_draft(
+                self._chat, self._draft_id, text=text, message_thread_id=self._thread
+            )
+        except RetryAfter as exc:
+            self._delivery.flooded(exc, self._chat)
+        except BadRequest as exc:
+            # Not offered here (an older Bot API server, a chat that takes none): edit messages.
+            self._delivery._no_drafts.add(self._chat)
+            log.info("telegram draft refused, editing a message instead chat_id=%s error=%s",
+                     self._chat, exc)  # fmt: skip
+            return False
+        except TelegramError as exc:
+            log.debug("telegram draft failed chat_id=%s error=%s", self._chat, exc)
+        return True
+
+    async def post(self, text: str, *, final: bool, first: bool) -> object | None:
+        reply_to = self._reply_to if first else None
+        if final:  # sent as a whole reply's pieces are, flood control honoured
+            sent = True
+            for index, piece in enumerate(await asyncio.to_thread(render_part, text)):
+                sent = (
+                    await self._delivery._send_piece(
+                        self._bot, self._chat, piece, self._thread, reply_to if index == 0 else None
+                    )
+                    and sent
+                )
+            return True if sent else None
+        if not await self._delivery.live_turn(self._chat, wait=False):
+            return None  # sent at the next update
+        options: dict[str, Any] = {"message_thread_id": self._thread}
+        if reply_to is not None:
+            options["reply_parameters"] = ReplyParameters(
+                reply_to, allow_sending_without_reply=True
+            )
+        try:
+            message = await self._bot.send_message(self._chat, text, **options)
+        except RetryAfter as exc:
+            self._delivery.flooded(exc, self._chat)
+            return None
+        except TelegramError as exc:
+            log.warning("telegram send failed chat_id=%s error=%s", self._chat, exc)
+            return None
+        return message.message_id
+
+    async def edit(self, message: object, text: str, *, final: bool) -> bool:
+        assert isinstance(message, int)
+        if not await self._delivery.live_turn(self._chat, wait=final):
+            return True  # skipped; the next update shows the text as it then stands
+        if not final:
+            try:
+                await self._bot.edit_message_text(text, self._chat, message)
+            except RetryAfter as exc:
+                self._delivery.flooded(exc, self._chat)
+            except TelegramError as exc:
+                if not _unchanged(exc):
+                    log.debug("telegram edit failed chat_id=%s error=%s", self._chat, exc)
+            return True
+        pieces = await asyncio.to_thread(render_part, text)
+        if not await self._edit_final(message, pieces[0]):
+            return False
+        sent = True
+        for piece in pieces[1:]:
+            sent = (
+                await self._delivery._send_piece(self._bot, self._chat, piece, self._thread, None)
+                and sent
+            )
+        return sent
+
+    async def _edit_final(self, message: int, piece: Piece) -> bool:
+        """The finished text in the message: HTML, or plain if Telegram refuses the entities."""
+        edit = self._bot.edit_message_text
+        options: dict[str, Any] = {"chat_id": self._chat, "message_id": message}
+        try:
+            await self._delivery._deliver(
+                edit, text=piece.html, parse_mode=ParseMode.HTML, **options
+            )
+            return True
+        except BadRequest as exc:
+            if _unchanged(exc):
+                return True
+            if not _entities_refused(exc):
+                log.warning("telegram edit failed chat_id=%s error=%s", self._chat, exc)
+                return False
+            log.info("telegram refused the HTML, editing in plain text chat_id=%s", self._chat)
+        except TelegramError as exc:
+            log.warning("telegram edit failed chat_id=%s error=%s", self._chat, exc)
+            return False
+        try:
+            await self._delivery._deliver(edit, text=piece.markdown, **options)
+            return True
+        except TelegramError as exc:
+            if _unchanged(exc):
+                return True
+            log.warning("telegram plain edit failed chat_id=%s error=%s", self._chat, exc)
+            return False
+
+
 def retry_seconds(exc: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # int → timedelta migration notice
@@ -190,3 +345,8 @@ def _resendable(exc: NetworkError) -> bool:
 def _entities_refused(exc: BadRequest) -> bool:
     text = exc.message.lower()
     return "parse entities" in text or "text is empty" in text or "must be non-empty" in text
+
+
+def _unchanged(exc: TelegramError) -> bool:
+    """Telegram refuses an edit that changes nothing; the message already shows that text."""
+    return isinstance(exc, BadRequest) and "message is not modified" in exc.message.lower()

@@ -53,15 +53,24 @@ def render_pieces(text: str, limit: int = TELEGRAM_LIMIT) -> list[Piece]:
     The Markdown is split first (paragraph, line, word; code blocks closed and reopened), with a
     margin for the tags rendering adds; a part whose HTML still comes out too long is split again.
     """
+    return [piece for part in markdown_parts(text, limit) for piece in render_part(part, limit)]
+
+
+def markdown_parts(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
+    """The Markdown parts `render_pieces` renders, one message each unless its HTML outgrows it.
+
+    Every part but the last stays the same as more text is appended, so a reply streamed into
+    messages can finish each one as soon as the next begins.
+    """
     if limit < 64:
         raise ValueError("limit too small for a rendered piece")
     margin = min(256, limit // 4)
-    text = _tame_fences(text)
-    pieces: list[Piece] = []
-    for part in split_message(text, limit - margin, utf16_length):
-        if part.strip():
-            pieces.extend(_fit(part, limit))
-    return pieces
+    return [p for p in split_message(_tame_fences(text), limit - margin, utf16_length) if p.strip()]
+
+
+def render_part(part: str, limit: int = TELEGRAM_LIMIT) -> list[Piece]:
+    """One Markdown part as pieces that fit `limit` (one, unless escaping made it too long)."""
+    return _fit(part, limit)
 
 
 def _tame_fences(text: str) -> str:

@@ -1,7 +1,8 @@
 """The terminal channel: an interactive prompt with line editing and history, or one message.
 
 Imports only `gateway.bus` of ours. Lines are read on a daemon thread so a blocked `input()` never
-keeps the process from exiting. Ctrl-C during an answer stops that answer (as `/stop` does) and
+keeps the process from exiting. With streaming (the default) an answer is printed as it is written.
+Ctrl-C during an answer stops that answer (as `/stop` does; what was printed stays, marked) and
 gives the prompt back; Ctrl-C or Ctrl-D at the prompt ends the chat.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.bus import Handler, InboundMessage
+from gateway.bus import Handler, InboundMessage, OutboundMessage
 
 PROMPT = "you> "
 
@@ -34,8 +35,10 @@ class TerminalChannel:
         *,
         session_key: str | None = None,
         history_path: Path | None = None,
+        streaming: bool = True,
     ) -> None:
         self._handler = handler
+        self._streaming = streaming
         self._session_key = session_key
         self._history_path = history_path
         self._user = getpass.getuser()
@@ -60,6 +63,14 @@ class TerminalChannel:
         await reply.sent()  # the caller prints it; a terminal refuses nothing
         return reply.text
 
+    async def _answer(self, text: str, printer: Printer) -> str:
+        """Send one message, the answer printed as it comes; returns what is left to print."""
+        reply: OutboundMessage | None = await self._handler(self.inbound(text), stream=printer)
+        if reply is None:
+            return ""
+        await reply.sent()  # printed below; a terminal refuses nothing
+        return printer.rest(reply.text)
+
     async def run(self) -> None:
         """Prompt, answer, repeat, until end of input (Ctrl-D), Ctrl-C at the prompt, or
         cancellation."""
@@ -77,14 +88,20 @@ class TerminalChannel:
                     return
                 if not line.strip():
                     continue
-                answer = asyncio.ensure_future(self.ask(line))
+                printer = Printer()
+                asked = self._answer(line, printer) if self._streaming else self.ask(line)
+                answer = asyncio.ensure_future(asked)
                 reply = await _until_interrupt(answer, interrupt)
                 if reply is None:
-                    # The agent cancels the turn; the message stays in the session.
+                    # The agent cancels the turn; the message stays in the session, and an
+                    # answer it had begun comes back with its "(stopped)" mark.
                     await self._handler(self.inbound("/stop"))
+                    rest = ""
                     with contextlib.suppress(asyncio.CancelledError):
-                        await answer
-                    print("\nstopped\n", flush=True)
+                        rest = await answer
+                    print(rest if printer.printed else "\nstopped", end="\n\n", flush=True)
+                elif printer.printed:
+                    print(reply, end="\n\n", flush=True)
                 elif reply:
                     print(f"\n{reply}\n", flush=True)
         finally:
@@ -114,6 +131,40 @@ class TerminalChannel:
             readline.write_history_file(self._history_path)
         except (ImportError, OSError):
             pass
+
+
+class Printer:
+    """The terminal's `ReplyStream`: the answer printed as it is written, tool notes on a line
+    of their own."""
+
+    def __init__(self, lead: str = "\n") -> None:
+        self.printed = False
+        self._lead = lead  # printed before the first piece: the prompt's line is left alone
+        self._text = ""  # the answer printed since the last tool note
+
+    async def write(self, text: str) -> None:
+        if not self.printed:
+            print(self._lead, end="")
+        self.printed = True
+        self._text += text
+        print(text, end="", flush=True)
+
+    async def status(self, note: str) -> None:
+        # On a line of its own: after a blank line at first, else right after the text printed.
+        lead = "\n" if not self.printed or self._text else ""
+        print(f"{lead}[{note}]", flush=True)
+        self.printed = True
+        self._text = ""
+
+    def rest(self, whole: str) -> str:
+        """What of the whole reply is not on the screen yet (all of it if it is another text,
+        such as an apology after a failure)."""
+        if not self.printed:
+            return whole
+        shown = self._text.strip()
+        if shown and whole.startswith(shown):
+            return whole[len(shown) :]
+        return f"\n{whole}"
 
 
 async def _until_interrupt(

@@ -4,9 +4,12 @@ Turns of one session run in order; sessions run concurrently up to `agent.max_co
 message is stored before the model is called, so nothing the person said is lost. A tool call is
 stored before the tool runs and each result as soon as it is in, so a message a channel replays after
 a crash resumes from the stored steps without running a tool twice; the answer is stored as owed
-(gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the
-one per-message error boundary: it logs one line (the traceback at DEBUG) and answers with a short
-apology naming the cause; it raises nothing but cancellation, so channels handle only transport errors.
+(gateway/outbox.py) and one not marked delivered is sent again. `handle()` is the one per-message
+error boundary: it logs one line (the traceback at DEBUG) and answers with a short apology naming
+the cause; it raises nothing but cancellation, so channels handle only transport errors.
+Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
+shows as it is written; what is stored is still exactly the whole answer, or on /stop the part
+written so far with a "(stopped)" mark.
 """
 
 from __future__ import annotations
@@ -20,30 +23,26 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import AGENT_COMMANDS, HELP_TEXT, command_args, format_size, parse_command
+from gateway.apology import apology
+from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
+from gateway.commands import AGENT_COMMANDS, HELP_TEXT, command_args, parse_command
 from gateway.config import Config
 from gateway.context import ContextBuilder
-from gateway.errors import LLMError, describe_errors, leaf_errors
-from gateway.logs import redact
+from gateway.llm_types import ChatProvider, ChatResponse
 from gateway.media import MediaReader, PreparedMessage
 from gateway.outbox import Outbox
-from gateway.provider import ChatProvider
-from gateway.replay import REPLAY_WINDOW, ReplayAction, find_replay
+from gateway.replay import ReplayAction, find_replay
 from gateway.scope import scope_for
 from gateway.session_lock import SessionLock
+from gateway.status import chat_status
 from gateway.tool_steps import close_interrupted, run_tool_step
 from gateway.tools import ToolBox, ToolRegistry, turn_origin
+from gateway.turn_notes import mark_stopped, tool_note
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
 from memory.session_file import Message
-from memory.sessions import (
-    Session,
-    SessionStore,
-    history_window,
-    legal_messages,
-)
+from memory.sessions import Session, SessionStore, history_window, legal_messages
 from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -124,26 +123,30 @@ class AgentLoop:
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
+        self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
         self._fixed_counts: dict[str, int] = {}
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
 
     # -- entry point -------------------------------------------------------------------------------
-    async def handle(self, message: InboundMessage) -> OutboundMessage | None:
+    async def handle(
+        self, message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage | None:
         """Answer one inbound message: the one per-message error boundary.
 
         Never raises except `asyncio.CancelledError`: any other failure, however deep (the model,
         the tools' bookkeeping, the session files), becomes one log line (its traceback at DEBUG)
-        and a short apology naming the cause, marked `failed`.
+        and a short apology naming the cause, marked `failed`. With a `stream`, the answer is
+        written to it as the model produces it; the reply returned is the whole of it.
         """
         started = time.monotonic()
         stats = TurnStats()
         if self.observer is not None:
             self.observer.message_in(message.channel)
         try:
-            text = await self._dispatch(message, stats)
+            text = await self._dispatch(message, stats, stream)
             reply = self._reply(message, text, stats) if text else None
         except Exception as exc:
-            reply = self._reply(message, self._apology(message, exc), None)
+            reply = self._reply(message, apology(message, exc, self.config.llm.model), None)
         log.info(
             "handled session=%s latency_ms=%d llm_calls=%d prompt_tokens=%d completion_tokens=%d",
             message.key,
@@ -170,33 +173,6 @@ class AgentLoop:
             if message.message_id:  # a channel that replays by message id after a crash
                 reply = self._track(reply, message.key)
         return reply
-
-    def _apology(self, message: InboundMessage, error: Exception) -> str:
-        """Log a failed turn in one line and say, in short, what went wrong."""
-        # A task group may have wrapped the failure; every error in it is logged, none dropped.
-        leaves = leaf_errors(error)
-        llm = next((leaf for leaf in leaves if isinstance(leaf, LLMError)), None)
-        log.debug("turn failure traceback session=%s", message.key, exc_info=error)
-        if llm is not None:
-            # One line an operator can act on.
-            log.warning(
-                "llm failed session=%s kind=%s status=%s model=%s endpoint=%s error=%s",
-                message.key,
-                type(llm).__name__,
-                llm.status or "-",
-                llm.model or self.config.llm.model,
-                llm.endpoint or "-",
-                llm,
-            )
-            # A private chat is the owner's: name the cause. A group gets no configuration talk.
-            return (
-                llm.user_message if message.is_group else f"Sorry, I could not answer: {llm.cause}."
-            )
-        described = redact(describe_errors(error), ())
-        log.error("turn failed session=%s error=%s", message.key, described)
-        # A group learns only the kind of failure; the owner's private chat reads the whole line.
-        cause = ", ".join(type(leaf).__name__ for leaf in leaves) if message.is_group else described
-        return f"Sorry, something went wrong while answering ({cause}). The error has been logged."
 
     async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
         """The answers of session `key` still owed, oldest first, each marking itself delivered
@@ -236,7 +212,9 @@ class AgentLoop:
 
         return replace(reply, on_sent=sent)
 
-    async def _dispatch(self, message: InboundMessage, stats: TurnStats) -> str | None:
+    async def _dispatch(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
         command = parse_command(message.text)
         if command is not None and command.name in AGENT_COMMANDS:
             return await self._command(command.name, message)
@@ -250,10 +228,12 @@ class AgentLoop:
             # A failure comes out wrapped in an ExceptionGroup, which `handle` takes apart.
             try:
                 async with asyncio.TaskGroup() as group:
-                    turn = group.create_task(self._turn(message, stats))
+                    turn = group.create_task(self._turn(message, stats, stream))
                     self._running[message.key] = turn
             finally:
-                self._running.pop(message.key, None)
+                finished = self._running.pop(message.key, None)
+                if finished is not None:
+                    self._stopped.discard(finished)
             return None if turn.cancelled() else turn.result()
 
     # -- commands ----------------------------------------------------------------------------------
@@ -265,11 +245,15 @@ class AgentLoop:
             turn = self._running.get(key)
             if turn is None or turn.done():
                 return "Nothing to stop."
+            self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
             turn.cancel()
             return "Stopped."
         if name == "status":
             memory = self.config.memory
-            return await self._status(key, scope_for(message, memory.groups, memory.guests).memory)
+            with_memory = scope_for(message, memory.groups, memory.guests).memory
+            session = await self.sessions.get(key)
+            memory_md = self.memory.memory_md if with_memory else None
+            return await chat_status(session, self.counter, self.config.llm, memory_md)
         if name == "jobs":
             if self.jobs_command is None:
                 return "Scheduled jobs are not available here."
@@ -293,40 +277,14 @@ class AgentLoop:
         or None once that line was delivered: a reminder is stored once and sent once."""
         async with self._session_lock(key):
             session = await self.sessions.get(key)
-            stored = next(
-                (m for m in reversed(session.messages[-REPLAY_WINDOW:]) if m.get("run") == run),
-                None,
+            return await self.outbox.once(
+                session, OutboundMessage(channel, chat_id, text), job, run
             )
-            if stored is None:
-                stored = await self.outbox.owe(session, text, job=job, run=run)
-            elif stored.get("reply_id") in session.delivered:
-                return None
-            return self.outbox.reply(session, stored, OutboundMessage(channel, chat_id, text))
-
-    async def _status(self, key: str, with_memory: bool) -> str:
-        session = await self.sessions.get(key)
-        pending = session.messages[session.last_consolidated :]
-        pending_tokens = await asyncio.to_thread(
-            lambda: session.tokens_between(
-                session.last_consolidated, len(session.messages), self.counter
-            )
-        )
-        size = session.path.stat().st_size if session.path.exists() else 0
-        lines = [
-            f"Session: {key}",
-            f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
-            f"Not yet in memory: {len(pending)} messages, {pending_tokens} tokens",
-            f"Prompt budget: {self.config.llm.budget} tokens",
-        ]
-        if with_memory:  # a group or a guest learns nothing about the owner's memory
-            memory_md = self.memory.memory_md
-            memory_size = memory_md.stat().st_size if memory_md.exists() else 0
-            lines.append(f"MEMORY.md: {format_size(memory_size)}")
-        lines.append(f"Model: {self.config.llm.model}")
-        return "\n".join(lines)
 
     # -- one turn ----------------------------------------------------------------------------------
-    async def _turn(self, message: InboundMessage, stats: TurnStats) -> str | None:
+    async def _turn(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
         turn_origin.set(message)  # this task's own context: the tools learn which chat asks
         session = await self.sessions.get(message.key)
         replay = find_replay(session, message.message_id) if message.message_id else None
@@ -397,7 +355,7 @@ class AgentLoop:
         # second check, unless a resumed turn's steps came after it.
         sized = len(messages) == at + 1
         try:
-            reply = await self._tool_loop(session, messages, tools, stats, at, sized=sized)
+            reply = await self._tool_loop(session, messages, tools, stats, at, stream, sized=sized)
             return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
@@ -410,6 +368,7 @@ class AgentLoop:
         tools: ToolRegistry,
         stats: TurnStats,
         current: int,  # index in `messages` of the message this turn answers
+        stream: ReplyStream | None = None,
         *,
         sized: bool = False,  # the first request is known to fit the budget
     ) -> str | None:
@@ -432,7 +391,13 @@ class AgentLoop:
                     f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
                 )
             called = time.monotonic()
-            response = await self.provider.chat(request, schemas)
+            if stream is None:
+                response = await self.provider.chat(request, schemas)
+            else:
+                answer = await self._ask(session, request, schemas, stream, stats)
+                if isinstance(answer, str):
+                    return answer  # stopped: the part written so far, stored with its mark
+                response = answer
             if self.observer is not None:
                 self.observer.llm_call(
                     time.monotonic() - called, response.prompt_tokens, response.completion_tokens
@@ -447,6 +412,8 @@ class AgentLoop:
                     stats.session = session
                     stats.answer = await self.outbox.owe(session, content)
                 return content or "(The model returned an empty answer.)"
+            if stream is not None:
+                await stream.status(tool_note((c.name, c.arguments) for c in response.tool_calls))
             messages.extend(await run_tool_step(self.sessions, session, response, tools))
             # A tool may have written MEMORY.md or a bootstrap file: the next turn's prompt
             # shows it at once rather than after the context's recheck interval.
@@ -473,6 +440,37 @@ class AgentLoop:
             return fixed, None
         max_messages = self.config.memory.max_history_messages
         return fixed, history_window(session, self.counter, available, max_messages, end)
+
+    async def _ask(
+        self,
+        session: Session,
+        request: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        stream: ReplyStream,
+        stats: TurnStats,
+    ) -> ChatResponse | str:
+        """One streamed model call; on /stop, the text written so far, marked and stored as owed.
+
+        Cancelled any other way (shutdown), it stays cancelled and stores nothing: the user
+        message is answered again at the next start, as for a turn that was not streamed.
+        """
+        written: list[str] = []
+
+        async def write(piece: str) -> None:
+            written.append(piece)
+            await stream.write(piece)
+
+        try:
+            return await self.provider.stream_chat(request, schemas, on_text=write)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            partial = "".join(written).strip()
+            if task is None or task not in self._stopped or not partial:
+                raise
+            task.uncancel()  # this cancellation was /stop's, and is answered here
+        text = mark_stopped(partial)
+        stats.session, stats.answer = session, await self.outbox.owe(session, text)
+        return text
 
     async def _count_fixed(self, text: str) -> int:
         """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""

@@ -27,18 +27,12 @@ from gateway.errors import (
 )
 from gateway.job_tools import JobTools
 from gateway.jobs import JobError, JobStore
+from gateway.llm_types import ChatProvider, ToolSupport, VisionSupport
 from gateway.lock import WorkspaceLock
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
 from gateway.on_demand import OnDemand, OnDemandTranscriber
-from gateway.provider import (
-    ChatProvider,
-    OpenAIEmbedder,
-    OpenAIProvider,
-    OpenAITranscriber,
-    ToolSupport,
-    VisionSupport,
-)
+from gateway.provider import OpenAIEmbedder, OpenAIProvider, OpenAITranscriber
 from gateway.scheduler import Scheduler
 from gateway.state import check_apart, index_path, move_workspace_state
 from gateway.tools import Tool, ToolBox

@@ -2,6 +2,8 @@
 
 A channel turns each platform message into an `InboundMessage`, hands it to a `Handler`, and sends
 back the `OutboundMessage` it returns (if any). The handler is the agent; channels never see it.
+A channel with streaming on also hands it a `ReplyStream`, where the answer shows while it is
+written; the returned reply is still the whole answer, which the channel puts in place of the draft.
 Once the platform has taken a reply (or refused it for good), the channel awaits `reply.sent()`: a
 stored answer is owed until then, and owed answers are sent again after a restart.
 """
@@ -12,10 +14,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 _UNSAFE_PART = re.compile(r"[^0-9A-Za-z_-]")
+
+# Ends an answer /stop cut short; the channels mark a message left showing only a tool note with it.
+STOPPED_MARK = "(stopped)"
 
 
 def scrub(text: str) -> str:
@@ -106,4 +112,22 @@ class OutboundMessage:
             log.warning("could not mark a reply delivered chat_id=%s error=%s", self.chat_id, exc)
 
 
-Handler = Callable[[InboundMessage], Awaitable[OutboundMessage | None]]
+class ReplyStream(Protocol):
+    """Where a channel shows an answer while the agent writes it (a draft, an edited message,
+    the terminal). Both calls must return at once: the model's stream waits on them."""
+
+    async def write(self, text: str) -> None:
+        """The answer grew by `text`."""
+        ...
+
+    async def status(self, note: str) -> None:
+        """A tool step runs: show `note` instead of the text so far; the next write starts anew."""
+        ...
+
+
+class Handler(Protocol):
+    """What a channel hands each message to (the agent); `stream` only with streaming on."""
+
+    def __call__(
+        self, message: InboundMessage, /, stream: ReplyStream | None = None
+    ) -> Awaitable[OutboundMessage | None]: ...

@@ -94,7 +94,7 @@ def load(args: argparse.Namespace) -> Config:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     with collector_paused():
-        from channels.terminal import TerminalChannel
+        from channels.terminal import Printer, TerminalChannel
         from gateway.app import open_runtime
 
     path = config_path(args)
@@ -115,16 +115,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     async def talk(handler: Handler, where: str, owed: Callable[[], Awaitable[list[str]]]) -> int:
         terminal = TerminalChannel(
-            handler, session_key=args.session, history_path=chat_history_path(config)
+            handler,
+            session_key=args.session,
+            history_path=chat_history_path(config),
+            streaming=not args.no_stream,
         )
         if args.message is not None:
             for text in await owed():
                 print(f"(kept from before a restart)\n{text}\n")
-            reply = await handler(terminal.inbound(args.message))
+            printer = Printer(lead="")  # the answer printed as it is written, unless --no-stream
+            inbound = terminal.inbound(args.message)
+            reply = await (handler(inbound) if args.no_stream else handler(inbound, printer))
+            if printer.printed:
+                print()  # ends the line of what was printed
             # Shown first, then marked delivered: a crash in between leaves the answer owed
             # (shown again next time) rather than lost.
             if reply is not None and reply.failed:
                 print(f"memgate: {reply.text}", file=sys.stderr, flush=True)
+            elif printer.printed and reply is not None:
+                rest = printer.rest(reply.text)
+                if rest:
+                    print(rest, flush=True)
             else:
                 print(reply.text if reply is not None else "", flush=True)
             if reply is not None:
@@ -255,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-m", "--message", metavar="TEXT", help="send one message, print the reply, exit"
     )
     chat.add_argument("--session", metavar="KEY", help="session key (default terminal:local)")
+    chat.add_argument(
+        "--no-stream", action="store_true", help="print each answer whole, not as it is written"
+    )
     chat.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     add("status", cmd_status, "show configuration, workspace, sessions and memory")
     pairing = add_loaded(

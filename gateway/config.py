@@ -200,12 +200,20 @@ class ChatChannelConfig(_Section):
     """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
     dm_policy: DmPolicy = "pairing"
     """DMs from people not in allow_from: pairing (they get a code an owner approves), allowlist (ignored), open (anyone; needs allow_from ["*"]) or disabled (no DMs at all)."""
+    streaming: Literal["on", "off"] = "on"
+    """on: replies show while they are written (a draft, or a message edited about once a second); off: each reply arrives whole."""
 
     @field_validator("allow_from", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
         # YAML reads `allow_from: [12345]` as integers; ids are compared as strings.
         return [str(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("streaming", mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `on` / `off` as a boolean.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 class TelegramConfig(ChatChannelConfig):

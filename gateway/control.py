@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from gateway.bus import Handler, InboundMessage, OutboundMessage
+from gateway.bus import Handler, InboundMessage, OutboundMessage, ReplyStream
 from memory.fileio import ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,10 @@ async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
 def remote_handler(path: Path) -> Handler:
     """A `Handler` that sends each message to the running service's agent."""
 
-    async def handle(message: InboundMessage) -> OutboundMessage | None:
+    async def handle(
+        message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage | None:
+        # The socket carries whole answers: a terminal attached to the service shows each at once.
         answer = await request(
             path,
             {

@@ -22,9 +22,10 @@ from gateway.config import Config, McpServerConfig
 from gateway.config_file import require_api_key
 from gateway.control import request, socket_path
 from gateway.errors import ConfigError, LLMError, LLMToolsUnsupportedError, WorkspaceLockedError
+from gateway.llm_types import ToolSupport
 from gateway.lock import WorkspaceLock
 from gateway.mcp import UP, probe
-from gateway.provider import OpenAIEmbedder, OpenAIProvider, ToolSupport
+from gateway.provider import OpenAIEmbedder, OpenAIProvider
 from memory.errors import EmbeddingError
 
 MIN_FREE_BYTES = 200 * 1024 * 1024  # sessions, media and the search index grow from here

@@ -24,7 +24,7 @@ from gateway.config import MediaConfig
 from gateway.documents import READABLE_SUFFIXES, DocumentReadError, document_text
 from gateway.errors import TranscriptionError
 from gateway.images import ImageReadError, image_data_url
-from gateway.provider import VisionSupport
+from gateway.llm_types import VisionSupport
 from memory.budget import Part, PromptBudget
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.bus import OutboundMessage
+from gateway.replay import REPLAY_WINDOW
 from memory.session_file import Message
 from memory.sessions import Session, SessionStore
 
@@ -50,6 +51,19 @@ class Outbox:
             await self.sessions.mark_delivered(session, reply_id)
 
         return replace(outbound, reply_id=reply_id, on_sent=delivered)
+
+    async def once(
+        self, session: Session, outbound: OutboundMessage, job: str, run: str
+    ) -> OutboundMessage | None:
+        """Job `job`'s text for its run `run`, stored as owed the first time; asked again (after
+        a kill) it is the line stored then, or None once that line was delivered."""
+        recent = session.messages[-REPLAY_WINDOW:]
+        stored = next((m for m in reversed(recent) if m.get("run") == run), None)
+        if stored is None:
+            stored = await self.owe(session, outbound.text, job=job, run=run)
+        elif stored.get("reply_id") in session.delivered:
+            return None
+        return self.reply(session, stored, outbound)
 
     @staticmethod
     def owed(session: Session) -> list[Message]:

@@ -1,5 +1,5 @@
-"""The models behind the agent: the `ChatProvider` seam, its OpenAI-SDK implementation, and the
-embeddings client that memory search uses when `memory.embeddings` is configured.
+"""The models behind the agent: the OpenAI-SDK implementation of the `ChatProvider` seam
+(gateway/llm_types.py), and the embeddings and speech clients memory search and media use.
 
 This is the only module that imports `openai`; its exceptions are translated here, chained with
 `from exc`: into `gateway.errors.LLMError` subclasses for chat, into memory's `EmbeddingError` for
@@ -9,14 +9,12 @@ embeddings (which the search catches, falling back to keywords).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
+import httpx2
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.bus import scrub
 from gateway.errors import (
@@ -28,154 +26,25 @@ from gateway.errors import (
     LLMToolsUnsupportedError,
     TranscriptionError,
 )
+from gateway.llm_types import (
+    IMAGES_REFUSED,
+    TOOLS_REFUSED,
+    ChatResponse,
+    StreamSupport,
+    TextSink,
+    ToolCall,
+    ToolSupport,
+    VisionSupport,
+    endpoint_of,
+    has_images,
+    to_response,
+    without_images,
+)
 from gateway.logs import redact
+from gateway.stream_parts import StreamParts
 from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # raw JSON text as the model sent it
-
-
-@dataclass(frozen=True, slots=True)
-class ChatResponse:
-    content: str | None
-    tool_calls: tuple[ToolCall, ...] = ()
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class ChatProvider(Protocol):
-    """Anything that can answer a chat completion request."""
-
-    model: str
-
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | dict[str, Any] | None = None,
-    ) -> ChatResponse: ...
-
-
-ToolsMode = Literal["auto", "on", "off"]
-
-# How servers say a model cannot call tools: Ollama ("... does not support tools"), OpenRouter
-# ("No endpoints found that support tool use"), vLLM started without --enable-auto-tool-choice.
-_TOOLS_REFUSED = re.compile(
-    r"(does not|doesn't) support tools|support tool use|tools? (is|are) not supported"
-    r"|enable-auto-tool-choice",
-    re.IGNORECASE,
-)
-
-
-class _Capability:
-    """A capability of the endpoint that `auto` assumes until the endpoint refuses it once.
-
-    The first refusal switches it off for the process with one warning (`_SWITCHED_OFF`).
-    """
-
-    _SWITCHED_OFF = ""
-    mode: object
-    enabled: bool
-
-    def refused(self, model: str) -> bool:
-        """The endpoint refused it; True if we switched it off (mode `auto`)."""
-        if self.mode != "auto":
-            return False
-        if self.enabled:
-            self.enabled = False
-            log.warning(self._SWITCHED_OFF, model)
-        return True
-
-
-class ToolSupport(_Capability):
-    """Whether requests carry tools: `llm.tools`, and in `auto` what the endpoint has told us.
-
-    One instance is shared by every client of one process, so the switch to no tools happens once,
-    with one warning, for the replies and the consolidation alike.
-    """
-
-    _SWITCHED_OFF = (
-        "model does not support tool calling; continuing without tools for this "
-        "process (set llm.tools: off to skip this check) model=%s"
-    )
-
-    def __init__(self, mode: ToolsMode = "auto") -> None:
-        self.mode = mode
-        self.enabled = mode != "off"
-
-
-VisionMode = bool | Literal["auto"]
-
-# Model names that take image parts, as OpenAI, Anthropic, Google, Mistral and Ollama spell them.
-_VISION_MODELS = re.compile(
-    r"gpt-4o|gpt-4\.1|gpt-4-turbo|gpt-5|\bo[134]\b|claude|gemini|gemma-?3|llava|vision|[-.]vl\b"
-    r"|-vl-|\dvl\b|pixtral|minicpm-v|moondream|llama-?4|mistral-(small|medium)",
-    re.IGNORECASE,
-)
-# How servers say a model cannot see images: OpenAI ("image_url is only supported by certain
-# models"), vLLM ("is not a multimodal model"), Ollama, llama.cpp (no mmproj), DeepSeek's parser.
-_IMAGES_REFUSED = re.compile(
-    r"image_url is only supported|(does not|doesn't) support (images?|image input|vision)"
-    r"|not a multimodal model|image input is not supported|unknown variant `image_url`"
-    r"|missing data required for image input|images? (is|are) not supported",
-    re.IGNORECASE,
-)
-
-
-class VisionSupport(_Capability):
-    """Whether the current message may carry images: `llm.vision`, and in `auto` what we learnt.
-
-    Like `ToolSupport`, one instance per process: the first refusal switches images off for every
-    later turn, with one warning.
-    """
-
-    _SWITCHED_OFF = (
-        "model does not accept images; continuing without them for this process "
-        "(set llm.vision: false to skip this check) model=%s"
-    )
-
-    def __init__(self, mode: VisionMode = "auto", model: str = "") -> None:
-        self.mode = mode
-        self.enabled = mode is True or (mode == "auto" and bool(_VISION_MODELS.search(model)))
-
-
-def has_images(messages: list[dict[str, Any]]) -> bool:
-    """True if any message carries an image content part."""
-    return any(
-        isinstance(m.get("content"), list)
-        and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
-        for m in messages
-    )
-
-
-def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages with image parts dropped; their text (which names each file) stays."""
-    plain = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
-            message = {**message, "content": "\n\n".join(t for t in texts if t)}
-        plain.append(message)
-    return plain
-
-
-def endpoint_of(base_url: str) -> str:
-    """host:port of a base URL, for messages (never the path or credentials in it)."""
-    parts = urlsplit(base_url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    port = port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname or base_url}:{port}"
 
 
 class OpenAIProvider:
@@ -198,6 +67,7 @@ class OpenAIProvider:
         self.endpoint = endpoint_of(base_url)
         self.tool_support = tool_support or ToolSupport()
         self.vision_support = vision_support or VisionSupport(model=model)
+        self.stream_support = StreamSupport()
         self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -212,6 +82,8 @@ class OpenAIProvider:
         self._deadline = timeout * (max_retries + 1) + 10
         self._limit_key = "max_tokens"
         self._send_temperature = True
+        self._idle = float(timeout)  # longest silence inside a stream
+        self._stream_usage = True  # stream_options.include_usage, until the endpoint refuses it
 
     async def chat(
         self,
@@ -239,12 +111,12 @@ class OpenAIProvider:
             try:
                 return await self._post(kwargs)
             except LLMStatusError as exc:
-                if _IMAGES_REFUSED.search(str(exc)) and has_images(messages):
+                if IMAGES_REFUSED.search(str(exc)) and has_images(messages):
                     if not self.vision_support.refused(self.model):
                         raise
                     messages = without_images(messages)
                     continue
-                if sends_tools and _TOOLS_REFUSED.search(str(exc)):
+                if sends_tools and TOOLS_REFUSED.search(str(exc)):
                     switched = self.tool_support.refused(self.model)
                     if not switched or tool_choice is not None:
                         raise LLMToolsUnsupportedError(
@@ -309,10 +181,148 @@ class OpenAIProvider:
         except (openai.OpenAIError, ValueError) as exc:
             raise self._error(LLMError, f"unusable answer from the model: {exc}") from exc
         try:
-            return _to_response(answer)
+            return to_response(answer)
         except LLMError as exc:
             exc.model, exc.endpoint = self.model, self.endpoint
             raise
+
+    async def stream_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+    ) -> ChatResponse:
+        """One completion asked as a stream: each piece of answer text goes to `on_text` as it
+        arrives, tool-call fragments are put together, usage is asked for where it is offered.
+
+        Refused tools, images and parameters are learnt as `chat()` learns them. Any other 400
+        before anything streamed is asked again whole; when that succeeds, the endpoint refuses
+        streaming: it is switched off for the process with one warning, and from then on (as for
+        this call) the whole text goes to `on_text` at once.
+        """
+        for _ in range(5):  # at most one adaptation per refused parameter
+            if not self.stream_support.enabled:
+                break
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+            kwargs[self._limit_key] = self.max_tokens
+            if self._send_temperature:
+                kwargs["temperature"] = self.temperature
+            if self._stream_usage:
+                kwargs["stream_options"] = {"include_usage": True}
+            sends_tools = bool(tools) and self.tool_support.enabled
+            if sends_tools:
+                kwargs["tools"] = tools
+            try:
+                return await self._stream(kwargs, on_text)
+            except LLMStatusError as exc:
+                if exc.status not in (400, 422):
+                    raise
+                refusal = str(exc)
+                if IMAGES_REFUSED.search(refusal) and has_images(messages):
+                    if not self.vision_support.refused(self.model):
+                        raise
+                    messages = without_images(messages)
+                    continue
+                if sends_tools and TOOLS_REFUSED.search(refusal):
+                    if not self.tool_support.refused(self.model):
+                        raise LLMToolsUnsupportedError(
+                            refusal, exc.status or 400, model=self.model, endpoint=self.endpoint
+                        ) from exc
+                    continue
+                if "stream_options" in refusal and self._stream_usage:
+                    self._stream_usage = False  # usage then counts as 0 for streamed replies
+                    continue
+                if self._adapt(exc):
+                    continue
+            response = await self.chat(messages, tools)
+            self.stream_support.refused(self.model)  # the same request was taken whole
+            if response.content and not response.tool_calls:
+                await on_text(response.content)
+            return response
+        return await self._whole(messages, tools, on_text)
+
+    async def _whole(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, on_text: TextSink
+    ) -> ChatResponse:
+        response = await self.chat(messages, tools)
+        if response.content and not response.tool_calls:
+            await on_text(response.content)
+        return response
+
+    async def _stream(self, kwargs: dict[str, Any], on_text: TextSink) -> ChatResponse:
+        parts = StreamParts()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._deadline):
+                stream = await self._client.post(
+                    "/chat/completions",
+                    body=kwargs,
+                    cast_to=ChatCompletion,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                )
+        except TimeoutError as exc:
+            raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
+        except Exception as exc:
+            ours = self._stream_error(exc)
+            if ours is exc:
+                raise
+            raise ours from exc
+        try:
+            async with stream, asyncio.timeout(self._idle) as quiet:
+                async for chunk in stream:
+                    quiet.reschedule(loop.time() + self._idle)
+                    piece = parts.add(chunk)
+                    if piece:
+                        await on_text(scrub(piece))
+        except TimeoutError as exc:
+            silent = f"the stream stopped for {self._idle:.0f}s"
+            raise self._error(LLMTimeoutError, silent) from exc
+        except Exception as exc:
+            ours = self._stream_error(exc)
+            if ours is exc:
+                raise
+            raise ours from exc
+        if not parts.chunks:
+            raise self._error(LLMError, "unusable answer from the model: an empty stream")
+        content = parts.content
+        return ChatResponse(
+            content=scrub(content) if content else content,
+            tool_calls=tuple(
+                ToolCall(id=call_id, name=scrub(name), arguments=scrub(arguments))
+                for call_id, name, arguments in parts.calls()
+            ),
+            finish_reason=parts.finish_reason,
+            prompt_tokens=parts.prompt_tokens,
+            completion_tokens=parts.completion_tokens,
+        )
+
+    def _stream_error(self, exc: Exception) -> Exception:
+        """The error of a streamed call as ours (the same kinds as a whole one); others as is."""
+        if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
+            return self._error(LLMTimeoutError, str(exc) or type(exc).__name__)
+        if isinstance(exc, openai.APIConnectionError):
+            return self._error(LLMConnectionError, _connection_text(exc))
+        if isinstance(exc, httpx2.TransportError):  # the connection broke in the middle
+            return self._error(LLMConnectionError, f"the stream broke off: {exc!r}")
+        if isinstance(exc, openai.RateLimitError):
+            return LLMRateLimitError(
+                redact(_status_text(exc), self._secrets),
+                _retry_after(exc),
+                model=self.model,
+                endpoint=self.endpoint,
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return LLMStatusError(
+                redact(_status_text(exc), self._secrets),
+                exc.status_code,
+                model=self.model,
+                endpoint=self.endpoint,
+            )
+        if isinstance(exc, openai.OpenAIError | ValueError):
+            return self._error(LLMError, f"unusable answer from the model: {exc}")
+        return exc
 
     def _error(self, kind: type[LLMError], message: str) -> LLMError:
         return kind(redact(message, self._secrets), model=self.model, endpoint=self.endpoint)
@@ -384,71 +394,6 @@ class OpenAITranscriber:
 
     async def close(self) -> None:
         await self._client.close()
-
-
-def _to_response(answer: object) -> ChatResponse:
-    """The fields a turn uses, read from the decoded answer; LLMError if it is not a completion.
-
-    The SDK hands back the body as text when the server mislabels it (not `application/json`),
-    so text is decoded here too.
-    """
-    if isinstance(answer, str | bytes):
-        try:
-            answer = json.loads(answer)
-        except ValueError as exc:
-            raise LLMError("unusable answer from the model: not JSON") from exc
-    choices = answer.get("choices") if isinstance(answer, dict) else None
-    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-        raise LLMError("the model's answer has no choices")
-    choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise LLMError("unusable answer from the model: its choice has no message")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        raise LLMError("unusable answer from the model: its content is not text")
-    usage = answer.get("usage") if isinstance(answer, dict) else None
-    usage = usage if isinstance(usage, dict) else {}
-    return ChatResponse(
-        content=scrub(content) if content else content,
-        tool_calls=_tool_calls(message.get("tool_calls")),
-        finish_reason=_text(choice.get("finish_reason")),
-        prompt_tokens=_count(usage.get("prompt_tokens")),
-        completion_tokens=_count(usage.get("completion_tokens")),
-    )
-
-
-def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
-    """The answer's function calls; entries without a function are not calls we can run."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise LLMError("unusable answer from the model: tool_calls is not a list")
-    calls = []
-    for index, call in enumerate(raw):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            continue
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):
-            # Some servers send the arguments as an object rather than JSON text.
-            arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
-        calls.append(
-            ToolCall(
-                id=_text(call.get("id")) or f"call_{index}",
-                name=scrub(_text(function.get("name")) or ""),
-                arguments=scrub(arguments or "{}"),
-            )
-        )
-    return tuple(calls)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _secrets(api_key: str) -> tuple[str, ...]:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from channels.pairing import PairingError, PairingStore
-from gateway.config import ChatChannelConfig, Config
+from gateway.commands import format_size
+from gateway.config import ChatChannelConfig, Config, LLMConfig
 from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
 from memory.session_file import parse_session_bytes
 from memory.session_index import load_session
-from memory.sessions import SessionStore, interrupted_turn, owed_replies
+from memory.sessions import Session, SessionStore, interrupted_turn, owed_replies
+from memory.tokens import TokenCounter
 
 
 def mask(secret: str) -> str:
@@ -164,3 +168,29 @@ def describe_failures(config: Config) -> list[str]:
             f"{entry.get('error', '?')}"
         )
     return lines
+
+
+async def chat_status(
+    session: Session, counter: TokenCounter, llm: LLMConfig, memory_md: Path | None
+) -> str:
+    """What `/status` shows in a chat: its session, what is not yet in memory, the budget, the
+    model, and MEMORY.md's size only where the chat may know of it (`memory_md` given)."""
+    pending = len(session.messages) - session.last_consolidated
+    pending_tokens = await asyncio.to_thread(
+        session.tokens_between, session.last_consolidated, len(session.messages), counter
+    )
+    size = _file_size(session.path)
+    lines = [
+        f"Session: {session.key}",
+        f"Messages: {len(session.messages)} ({format_size(size)} on disk)",
+        f"Not yet in memory: {pending} messages, {pending_tokens} tokens",
+        f"Prompt budget: {llm.budget} tokens",
+    ]
+    if memory_md is not None:
+        lines.append(f"MEMORY.md: {format_size(_file_size(memory_md))}")
+    lines.append(f"Model: {llm.model}")
+    return "\n".join(lines)
+
+
+def _file_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.provider import ChatResponse
+from gateway.llm_types import ChatResponse
 from gateway.tools import ToolRegistry
 from memory.session_file import Message
 from memory.sessions import INTERRUPTED_TOOL, Session, SessionStore, unanswered_calls

@@ -68,7 +68,7 @@ async def test_typing_indicator_runs_while_the_handler_works(
 ) -> None:
     """The typing indicator is sent to the chat while the handler is still working."""
 
-    async def slow_handler(message: InboundMessage) -> OutboundMessage:
+    async def slow_handler(message: InboundMessage, stream: object = None) -> OutboundMessage:
         await fake.wait_for(lambda: fake.calls("POST", f"/channels/{DM}/typing"))
         return OutboundMessage("discord", message.chat_id, "done thinking")
 
@@ -301,7 +301,7 @@ async def test_handler_error_does_not_stop_the_channel(fake: FakeDiscord, tmp_pa
 async def test_reply_to_is_sent_as_a_message_reference(fake: FakeDiscord, tmp_path: Path) -> None:
     """An OutboundMessage with reply_to answers as a Discord reply to that message."""
 
-    async def handler(message: InboundMessage) -> OutboundMessage:
+    async def handler(message: InboundMessage, stream: object = None) -> OutboundMessage:
         return OutboundMessage("discord", message.chat_id, "replying", reply_to=message.message_id)
 
     async with serving(fake, handler, tmp_path):

@@ -150,7 +150,7 @@ async def test_running_turn_may_finish_within_the_shutdown_grace(
     release = asyncio.Event()
     started = asyncio.Event()
 
-    async def slow(message: InboundMessage) -> OutboundMessage:
+    async def slow(message: InboundMessage, stream: object = None) -> OutboundMessage:
         started.set()
         await release.wait()
         return OutboundMessage("discord", message.chat_id, "made it")

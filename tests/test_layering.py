@@ -16,7 +16,7 @@ TELEGRAM_ADAPTER = (
     "channels/telegram_mentions.py",
     "channels/telegram_updates.py",
 )
-DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py")
+DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py", "channels/discord_live.py")
 OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": "gateway/provider.py",
     "telegram": TELEGRAM_ADAPTER,
@@ -28,7 +28,8 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "PIL": "gateway/images.py",
     "pypdf": "gateway/documents.py",
     "mcp": "gateway/mcp.py",
-    "httpx2": "gateway/mcp.py",
+    # The transport under both the openai and the mcp SDK: their owners name its errors.
+    "httpx2": ("gateway/mcp.py", "gateway/provider.py"),
     "jsonschema": "gateway/mcp.py",
 }
 

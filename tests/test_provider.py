@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.errors import LLMError, LLMRateLimitError, LLMStatusError
-from gateway.provider import OpenAIProvider, ToolCall
+from gateway.llm_types import ToolCall
+from gateway.provider import OpenAIProvider
 from tests.fakes.llm import FakeLLM, error, text, tool_call
 
 

@@ -173,7 +173,7 @@ async def test_discord_guild_channel_reads_nothing_private(
             guild_id=GUILD,
             mentions=[BOT_USER],
         )
-        await fake_discord.wait_for(lambda: fake_discord.sent(GENERAL))
+        await fake_discord.wait_for(lambda: "I found nothing." in fake_discord.shown(GENERAL))
     requests = [r for r in fake_llm.chat_requests() if "read everything" in json.dumps(r)]
     assert_group_saw_nothing(requests, calls)
 

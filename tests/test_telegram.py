@@ -343,7 +343,7 @@ async def test_typing_runs_while_the_handler_works_and_stops(
     def typing(chat_id: int) -> list[Any]:
         return [c for c in fake.calls_to("sendChatAction") if c.params["chat_id"] == chat_id]
 
-    async def slow(message: InboundMessage) -> OutboundMessage:
+    async def slow(message: InboundMessage, stream: object = None) -> OutboundMessage:
         await release.wait()
         return OutboundMessage("telegram", message.chat_id, "done")
 
@@ -370,7 +370,7 @@ async def test_a_second_message_is_handled_while_a_turn_runs(
     release = asyncio.Event()
     seen: list[str] = []
 
-    async def handler(message: InboundMessage) -> OutboundMessage:
+    async def handler(message: InboundMessage, stream: object = None) -> OutboundMessage:
         seen.append(message.text)
         if message.text == "long question":
             await release.wait()
@@ -390,7 +390,7 @@ async def test_shutdown_lets_a_running_turn_finish(fake: FakeTelegram, tmp_path:
     """Cancelling run() stops polling first, then waits (within the grace) for running turns."""
     started = asyncio.Event()
 
-    async def handler(message: InboundMessage) -> OutboundMessage:
+    async def handler(message: InboundMessage, stream: object = None) -> OutboundMessage:
         started.set()
         await asyncio.sleep(0.3)
         return OutboundMessage("telegram", message.chat_id, "finished")
@@ -508,7 +508,7 @@ async def test_a_message_received_before_a_crash_is_handled_once_after_it(
     release = asyncio.Event()
     first_seen: list[str] = []
 
-    async def stuck(message: InboundMessage) -> OutboundMessage:
+    async def stuck(message: InboundMessage, stream: object = None) -> OutboundMessage:
         first_seen.append(message.text)
         await release.wait()  # like an agent waiting for the chat's running turn
         return OutboundMessage("telegram", message.chat_id, "never sent")
@@ -547,7 +547,7 @@ async def test_shutdown_leaves_unfinished_messages_for_the_next_start(
     """A turn cut by the shutdown grace stays journaled and is replayed at the next start."""
     started, never = asyncio.Event(), asyncio.Event()
 
-    async def stuck(message: InboundMessage) -> OutboundMessage:
+    async def stuck(message: InboundMessage, stream: object = None) -> OutboundMessage:
         started.set()
         await never.wait()
         return OutboundMessage("telegram", message.chat_id, "never sent")
@@ -570,7 +570,7 @@ async def test_a_redelivered_update_in_flight_is_not_taken_twice(
     release = asyncio.Event()
     seen: list[str] = []
 
-    async def slow(message: InboundMessage) -> OutboundMessage:
+    async def slow(message: InboundMessage, stream: object = None) -> OutboundMessage:
         seen.append(message.text)
         await release.wait()
         return OutboundMessage("telegram", message.chat_id, "done")
@@ -844,7 +844,7 @@ async def test_an_instant_answer_leaves_no_unawaited_typing_coroutine(
 ) -> None:
     """A reply ready before the typing loop starts (a command) cancels it without a warning."""
 
-    async def instant(message: InboundMessage) -> OutboundMessage:
+    async def instant(message: InboundMessage, stream: object = None) -> OutboundMessage:
         return OutboundMessage("telegram", message.chat_id, "Stopped.")
 
     with warnings.catch_warnings(record=True) as caught:

@@ -258,6 +258,8 @@ class FakeDiscord:
     answer_hold: asyncio.Event | None = None
     # Messages made with enforce_nonce, by (channel, nonce): Discord returns the first again.
     _nonces: dict[tuple[int, str], Json] = field(default_factory=dict)
+    # The bot's messages as they read now (edits included), per channel, in the order sent.
+    posted: dict[int, dict[str, Json]] = field(default_factory=dict)
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
@@ -332,6 +334,19 @@ class FakeDiscord:
                 nonces.add(key)
             made.append(r.body)
         return made
+
+    def shown(self, channel_id: int) -> list[str]:
+        """The content of each of the bot's messages in a channel, as it reads now."""
+        return [payload["content"] for payload in self.posted.get(channel_id, {}).values()]
+
+    def edits(self, channel_id: int) -> list[Request]:
+        """Every accepted edit (PATCH) of the bot's messages in a channel, in order."""
+        pattern = re.compile(rf"/channels/{channel_id}/messages/[0-9]+")
+        return [
+            r
+            for r in self.requests
+            if r.method == "PATCH" and r.status < 300 and pattern.fullmatch(r.path)
+        ]
 
     def calls(self, method: str, path: str) -> list[Request]:
         """Every request to `method path`, whatever its status."""
@@ -412,9 +427,13 @@ class FakeDiscord:
             async with self._changed:
                 self._changed.notify_all()
             await self.send_hold.wait()
-        made = message(channel_id, BOT_USER, body.get("content", ""))
+        content = body.get("content", "")
+        if len(content) > 2000:
+            return _too_long()
+        made = message(channel_id, BOT_USER, content)
         if body.get("enforce_nonce") and nonce is not None:
             self._nonces[(channel_id, str(nonce))] = made
+        self.posted.setdefault(channel_id, {})[made["id"]] = made
         if self.answer_hold is not None:
             loop_time = asyncio.get_running_loop().time()
             path = request.path.removeprefix(API_PREFIX)
@@ -423,6 +442,18 @@ class FakeDiscord:
             await self._notify()
             await self.answer_hold.wait()
         return _json(made)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        channel_id = int(request.match_info["channel_id"])
+        payload = self.posted.get(channel_id, {}).get(request.match_info["message_id"])
+        if payload is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if len(body.get("content", "")) > 2000:
+            return _too_long()
+        payload["content"] = body.get("content", payload["content"])
+        payload["edited_timestamp"] = _now()
+        return _json(payload)
 
     async def _typing(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
@@ -511,6 +542,9 @@ class FakeDiscord:
         app.router.add_get(API_PREFIX + "/gateway", self._gateway_info)
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_info)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
+        app.router.add_patch(
+            API_PREFIX + "/channels/{channel_id}/messages/{message_id}", self._edit_message
+        )
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
         app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._not_found)
         app.router.add_get("/attachments/{name}", self._download)
@@ -532,6 +566,13 @@ def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None
         content_type="application/json",
         headers=headers,
     )
+
+
+def _too_long() -> web.Response:
+    """Discord's answer to content over 2,000 characters."""
+    body = {"message": "Invalid Form Body", "code": 50035,
+            "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}}  # fmt: skip
+    return _json(body, status=400)
 
 
 def _too_many(retry_after: float) -> web.Response:
@@ -602,7 +643,9 @@ class Recorder:
         self.reply = reply
         self.inbound: list[InboundMessage] = []
 
-    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
+    async def __call__(
+        self, message: InboundMessage, stream: object = None
+    ) -> OutboundMessage | None:
         self.inbound.append(message)
         return OutboundMessage(message.channel, message.chat_id, self.reply(message.text))
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from tests.fakes.serving import serve_until_interrupted
 
 Reply = dict[str, Any]
+STREAM_TOKEN = 4  # characters per streamed chunk: about one token of English
 Responder = Callable[[dict[str, Any]], Awaitable[Reply | web.StreamResponse] | Reply]
 
 
@@ -218,6 +219,12 @@ class FakeLLM:
     tools_unsupported: bool = False
     # As OpenAI answers for a model without vision: any request with an image part gets a 400.
     vision_unsupported: bool = False
+    # As a server without streaming answers: any request with `stream: true` gets a 400.
+    streaming_unsupported: bool = False
+    # Answers are written at this many tokens (STREAM_TOKEN characters each) a second, streamed
+    # or whole (a whole one comes when its last token is written); 0: at once.
+    stream_rate: float = 0.0
+    streams: list[tuple[float, float]] = field(default_factory=list)  # (start, end), monotonic
     transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
     transcripts: list[Reply] = field(default_factory=list)  # text(...) or error(...), in order
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
@@ -252,6 +259,12 @@ class FakeLLM:
         async with asyncio.timeout(within), self._arrived:
             await self._arrived.wait_for(lambda: len(pick()) >= count)
 
+    async def wait_for(self, check: Callable[[], bool], within: float = 10.0) -> None:
+        """Wait until `check()` holds, re-checked whenever a request arrives or a stream ends."""
+        assert self._arrived is not None
+        async with asyncio.timeout(within), self._arrived:
+            await self._arrived.wait_for(check)
+
     # -- serving -----------------------------------------------------------------------------------
     def _next_step(self, body: dict[str, Any]) -> Step | None:
         for index, step in enumerate(self.steps):
@@ -265,6 +278,7 @@ class FakeLLM:
         except json.JSONDecodeError:
             return web.json_response({"error": {"message": "bad json"}}, status=400)
         body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
+        body["_arrived_at"] = time.monotonic()
         self.requests.append(body)
         if self._arrived is not None:
             async with self._arrived:
@@ -274,6 +288,10 @@ class FakeLLM:
                 request,
                 body,
                 error(400, "Invalid content type. image_url is only supported by certain models."),
+            )
+        if self.streaming_unsupported and body.get("stream"):
+            return await self._respond(
+                request, body, error(400, "stream: streaming is not supported by this server")
             )
         if self.tools_unsupported and body.get("tools"):
             model = body.get("model", "fake")
@@ -321,6 +339,8 @@ class FakeLLM:
                 headers["retry-after"] = str(err.pop("retry_after"))
             payload = {"error": {"type": "fake_error", "code": None, "param": None, **err}}
             return web.json_response(payload, status=status, headers=headers)
+        if "raw" in reply and body.get("stream"):  # the same broken text, as a server-sent event
+            return web.Response(text=f"data: {reply['raw']}\n\n", content_type="text/event-stream")
         if "raw" in reply:
             return web.Response(text=reply["raw"], content_type="application/json")
         message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
@@ -342,7 +362,10 @@ class FakeLLM:
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
-            return await self._stream(request, body, message, finish)
+            return await self._stream(request, body, message, finish, usage)
+        if self.stream_rate:  # as long as the model takes to write it all
+            tokens = -(-len(message.get("content") or "") // STREAM_TOKEN)
+            await asyncio.sleep(tokens / self.stream_rate)
         return web.json_response(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
@@ -355,10 +378,22 @@ class FakeLLM:
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], message: dict[str, Any], finish: str
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        message: dict[str, Any],
+        finish: str,
+        usage: dict[str, int],
     ) -> web.StreamResponse:
+        """Server-sent events as OpenAI sends them: `data: {chunk}` lines, then `data: [DONE]`.
+
+        The text goes out STREAM_TOKEN characters a chunk, at `stream_rate` chunks a second on a
+        fixed schedule (unpaced, in larger chunks when it is long); a tool call's arguments come in two fragments; usage in a last chunk
+        without choices when `stream_options.include_usage` asks for it.
+        """
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        started = time.monotonic()
         base = {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion.chunk",
@@ -370,15 +405,37 @@ class FakeLLM:
             chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
-        await send({"role": "assistant", "content": ""})
-        content = message.get("content") or ""
-        for start in range(0, len(content), 16):
-            await send({"content": content[start : start + 16]})
-        for index, call in enumerate(message.get("tool_calls") or []):
-            await send({"tool_calls": [{"index": index, **call}]})
-        await send({}, finish)
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+        try:
+            await send({"role": "assistant", "content": ""})
+            content = message.get("content") or ""
+            # Unpaced, a long answer comes in about a thousand chunks, as fast as a test wants.
+            size = STREAM_TOKEN if self.stream_rate else max(STREAM_TOKEN, len(content) // 1000)
+            for number, start in enumerate(range(0, len(content), size)):
+                if self.stream_rate:
+                    due = started + (number + 1) / self.stream_rate
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await send({"content": content[start : start + size]})
+            for index, call in enumerate(message.get("tool_calls") or []):
+                arguments = call["function"]["arguments"]
+                half = len(arguments) // 2
+                head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+                await send({"tool_calls": [{"index": index, **head}]})
+                for fragment in (arguments[:half], arguments[half:]):
+                    await send(
+                        {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+                    )
+            await send({}, finish)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                chunk = {**base, "choices": [], "usage": usage}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            return response  # the client went away mid-stream (a /stop, a shutdown)
+        self.streams.append((started, time.monotonic()))
+        if self._arrived is not None:
+            async with self._arrived:
+                self._arrived.notify_all()
         return response
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:

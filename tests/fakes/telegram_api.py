@@ -2,8 +2,10 @@
 
 Tests push updates that a long-polling getUpdates hands out (honouring offset), register files for
 getFile and download, and script failures (400 "can't parse entities", 429 with retry_after); every
-call is recorded. Unknown methods get Telegram's JSON error with status 400 (PTB reads 401 and 404
-as a bad token). At the end, a small harness runs a real `TelegramChannel` against it.
+call is recorded. The bot's messages are kept as the person sees them (edits included); drafts
+(sendMessageDraft) are taken in private chats unless `drafts_refused`. Unknown methods get
+Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token). At the end, a small
+harness runs a real `TelegramChannel` against it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ WAIT = 10.0  # seconds a test waits for the fake to see something
 
 # Parameters PTB sends JSON-encoded inside form fields; everything else stays a string.
 _JSON_PARAMS = {"reply_parameters", "allowed_updates", "commands", "scope", "entities"}
-_INT_PARAMS = {"message_thread_id", "offset", "limit", "timeout", "max_connections"}
+_INT_PARAMS = {"message_thread_id", "offset", "limit", "timeout", "max_connections", "message_id",
+               "draft_id"}  # fmt: skip
 _MENTION = re.compile(r"(?<![\w@])@\w{3,}|^/\w+(?:@\w+)?")
 
 Json = dict[str, Any]
@@ -142,6 +145,9 @@ class FakeTelegram:
     commands: list[Json] = field(default_factory=list)
     penalty_until: float = 0.0
     penalty_violations: int = 0
+    drafts_refused: bool = False  # as a Bot API server older than 9.3 answers sendMessageDraft
+    # The bot's messages as they stand now, per chat: message_id -> {"plain", "html", ...}.
+    chats: dict[int, dict[int, Json]] = field(default_factory=dict)
     _update_ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
     _message_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -240,6 +246,18 @@ class FakeTelegram:
             if chat_id is None or c.params.get("chat_id") == chat_id
         ]
 
+    def shown(self, chat_id: int) -> list[str]:
+        """The text of each of the bot's messages in a chat, as it reads now, oldest first."""
+        return [message["plain"] for _, message in sorted(self.chats.get(chat_id, {}).items())]
+
+    def drafts(self, chat_id: int | None = None) -> list[Json]:
+        """Parameters of every draft that was taken, in order."""
+        return [
+            c.params
+            for c in self.calls_to("sendMessageDraft", ok_only=True)
+            if chat_id is None or c.params.get("chat_id") == chat_id
+        ]
+
     async def wait_for(self, check: Callable[[], bool], within: float = WAIT) -> None:
         """Wait until `check()` holds, re-checking after every call the fake serves."""
         async with asyncio.timeout(within), self._changed:
@@ -285,7 +303,8 @@ class FakeTelegram:
         self.calls.append(call)
         try:
             failure = self._failure(method, params)
-            if method == "sendMessage" and time.monotonic() < self.penalty_until:
+            sends = ("sendMessage", "editMessageText")
+            if method in sends and time.monotonic() < self.penalty_until:
                 # Telegram answers a send during the penalty with another 429.
                 self.penalty_violations += 1
                 failure = Failure(method, 429, "Too Many Requests: retry after 1", 1)
@@ -348,7 +367,56 @@ class FakeTelegram:
         }
         if "message_thread_id" in params:
             message["message_thread_id"] = params["message_thread_id"]
+        self.chats.setdefault(chat_id, {})[message["message_id"]] = {
+            "plain": text,
+            "html": params.get("parse_mode") == "HTML",
+            "source": params.get("text", ""),
+        }
         return message
+
+    async def _api_editMessageText(self, params: Json) -> Json | web.Response:
+        chat_id, message_id = params.get("chat_id"), params.get("message_id")
+        if not isinstance(chat_id, int):
+            return _error(400, "Bad Request: chat not found")
+        kept = self.chats.get(chat_id, {}).get(message_id) if isinstance(message_id, int) else None
+        if kept is None:
+            return _error(400, "Bad Request: message to edit not found")
+        text = params.get("text", "")
+        if params.get("parse_mode") == "HTML":
+            try:
+                text = parse_html(text)
+            except ValueError as exc:
+                return _error(400, f"Bad Request: can't parse entities: {exc}")
+        params["plain"] = text
+        if not text.strip():
+            return _error(400, "Bad Request: message text is empty")
+        if utf16_len(text) > 4096:
+            return _error(400, "Bad Request: MESSAGE_TOO_LONG")
+        html_mode = params.get("parse_mode") == "HTML"
+        if (kept["source"], kept["html"]) == (params.get("text", ""), html_mode):
+            return _error(400, "Bad Request: message is not modified: specified new message "
+                          "content and reply markup are exactly the same")  # fmt: skip
+        kept.update(plain=text, html=html_mode, source=params.get("text", ""))
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "edit_date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": BOT,
+            "text": text,
+        }
+
+    async def _api_sendMessageDraft(self, params: Json) -> bool | web.Response:
+        chat_id = params.get("chat_id")
+        if self.drafts_refused:
+            return _error(400, "Bad Request: method sendMessageDraft is not available")
+        if not isinstance(chat_id, int) or chat_id < 0:
+            return _error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if not params.get("draft_id"):
+            return _error(400, "Bad Request: draft_id must be non-zero")
+        if utf16_len(params.get("text") or "") > 4096:
+            return _error(400, "Bad Request: MESSAGE_TOO_LONG")
+        return True
 
     async def _api_sendChatAction(self, params: Json) -> bool:
         return True
@@ -428,7 +496,9 @@ class Recorder:
         self.delay = delay
         self._changed = asyncio.Condition()
 
-    async def __call__(self, message: InboundMessage) -> OutboundMessage | None:
+    async def __call__(
+        self, message: InboundMessage, stream: object = None
+    ) -> OutboundMessage | None:
         self.seen.append(message)
         await asyncio.sleep(self.delay)  # a turn that takes this long (0: none)
         text = self.reply(message)
