@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import html
 import itertools
 import json
@@ -55,13 +56,18 @@ Json = dict[str, Any]
 
 @dataclass
 class Call:
-    """One request: the method, its decoded parameters, the HTTP status answered (0 while
-    unanswered: a request held until its client gave up is never counted as taken), and when."""
+    """One request: the method, its decoded parameters, the HTTP status answered, and when. The
+    status is 0 while unanswered; a sendMessage counts as 200 once the message is made, even if
+    its answer never reaches the client (a request held before that is never counted as taken)."""
 
     method: str
     params: Json
     status: int = 0
     at: float = field(default_factory=time.monotonic)
+
+
+# The request being answered, in its handler's task (aiohttp runs each request in its own).
+_CALL: contextvars.ContextVar[Call] = contextvars.ContextVar("call")
 
 
 @dataclass
@@ -301,6 +307,7 @@ class FakeTelegram:
         params = await self._params(request)
         call = Call(method, params)
         self.calls.append(call)
+        _CALL.set(call)  # this request's own task: a method that made its message marks it taken
         try:
             failure = self._failure(method, params)
             sends = ("sendMessage", "editMessageText")
@@ -372,6 +379,7 @@ class FakeTelegram:
             "html": params.get("parse_mode") == "HTML",
             "source": params.get("text", ""),
         }
+        _CALL.get().status = 200  # Telegram has made it, whether or not its answer arrives
         return message
 
     async def _api_editMessageText(self, params: Json) -> Json | web.Response:
