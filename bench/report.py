@@ -159,7 +159,7 @@ def render(rows: list[Row], versions: dict[str, str], notes: list[str]) -> str:
         "",
         *machine(versions),
         "",
-        "## Targets (issue 7)",
+        "## Targets",
         "",
     ]
     for target in TARGETS:
