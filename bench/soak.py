@@ -242,6 +242,8 @@ async def soak(args: argparse.Namespace, seed: int, workdir: Path) -> int:
             f"{crash.repeated} answers repeated (at least once)"
         )
         print(f"  crash-run problems: {len(crash.problems)}")
+        for problem in crash.problems[:20]:
+            print(f"    {problem}")
     if faults is not None:
         print(f"  faults injected:    {sum(faults.injected.values())}")
         print(
