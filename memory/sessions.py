@@ -261,10 +261,12 @@ class SessionStore:
         """Move the session's file to `archive/` and forget it; return the archived path."""
         session = await self.get(key)
         async with session.lock:
+            if not session.path.exists():
+                # Nothing to archive, and the object stays the key's one: a writer already
+                # holding it and a later `get` must append to one file through one object.
+                return None
             self._recent.pop(key, None)
             self._live.pop(key, None)
-            if not session.path.exists():
-                return None
             stamp = datetime.now(self.tz).strftime("%Y%m%dT%H%M%S")
             stem = file_name(key)[: -len(SUFFIX)]
             target = await asyncio.to_thread(

@@ -201,3 +201,26 @@ async def test_a_malformed_record_costs_only_itself(
     assert any("skipping malformed message" in r.getMessage() for r in caplog.records)
     sent = fake_llm.chat_requests()[-1]["messages"]
     assert [m.get("content") for m in sent[1:3]] == ["before", "after"]
+
+
+async def test_new_on_a_session_not_yet_written_keeps_one_object_and_one_metadata_line(
+    tmp_path: Path,
+) -> None:
+    """`/new` on a chat whose file does not exist yet archives nothing and forgets nothing: a
+    writer already holding the session and the next `get` append through the same object, so the
+    file gets one metadata line (two objects would each write one, and after the next `/new`
+    the stale one would start a file without any)."""
+    store = SessionStore(tmp_path / "sessions", UTC)
+    held = await store.get("telegram:1")  # a turn under way holds it; nothing stored yet
+    assert await store.rotate("telegram:1") is None
+    again = await store.get("telegram:1")
+    assert again is held
+    await store.add_messages(held, [{"role": "user", "content": "one"}])
+    await store.add_messages(again, [{"role": "user", "content": "two"}])
+    assert await store.rotate("telegram:1") is not None
+    after = await store.get("telegram:1")
+    await store.add_messages(after, [{"role": "user", "content": "three"}])
+    for path in [*(tmp_path / "sessions").glob("*.jsonl"), *store.archived_paths()]:
+        lines = path.read_bytes().splitlines()
+        kinds = [json.loads(line).get("_type") for line in lines]
+        assert kinds[0] == "metadata" and kinds.count("metadata") == 1, path.name
