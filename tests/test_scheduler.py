@@ -256,24 +256,15 @@ async def test_a_kill_between_storing_and_sending_a_reminder_sends_it_once_at_st
     """A reminder stored in the session but not yet taken by Telegram when the process dies is
     sent after the restart, once, stored once, and marked delivered; the one-off job is gone."""
     clock = ManualClock(START)
-    serve = fake_telegram._api_sendMessage
-    arrived = asyncio.Event()
-
-    async def never_answer(params: dict[str, Any]) -> dict[str, Any]:
-        arrived.set()
-        await asyncio.Event().wait()  # Telegram never answers: the kill comes first
-        raise AssertionError("unreachable: the wait above never ends")
-
-    fake_telegram._api_sendMessage = never_answer  # type: ignore[method-assign]
-    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
-        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
-        assert made.next_run is not None
-        await clock.idle_until(made.next_run)
-        await clock.advance(made.next_run - clock.now)
-        await asyncio.wait_for(arrived.wait(), 10)
-        owed = [m for m in gw.lines() if m.get("content") == "Water the plants"]
-        assert len(owed) == 1 and owed[0]["reply_id"]
-    fake_telegram._api_sendMessage = serve  # type: ignore[method-assign]
+    with fake_telegram.sends_unanswered() as arrived:
+        async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+            made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+            assert made.next_run is not None
+            await clock.idle_until(made.next_run)
+            await clock.advance(made.next_run - clock.now)
+            await asyncio.wait_for(arrived.wait(), 10)
+            owed = [m for m in gw.lines() if m.get("content") == "Water the plants"]
+            assert len(owed) == 1 and owed[0]["reply_id"]
     await clock.advance(1)
     async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
         await fake_telegram.wait_sent(1)

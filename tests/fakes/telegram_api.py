@@ -19,7 +19,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +223,24 @@ class FakeTelegram:
         self.files[file_id] = {**info, "file_path": path}
         self.contents[path] = data
         return info
+
+    @contextlib.contextmanager
+    def sends_unanswered(self) -> Iterator[asyncio.Event]:
+        """Inside the block sendMessage never answers and makes no message (for a kill between
+        storing an answer and Telegram taking it); the event is set when one arrives."""
+        serve = self._api_sendMessage
+        arrived = asyncio.Event()
+
+        async def never_answer(params: Json) -> Json:
+            arrived.set()
+            await asyncio.Event().wait()  # the kill comes first
+            raise AssertionError("unreachable: the wait above never ends")
+
+        self._api_sendMessage = never_answer  # type: ignore[method-assign]
+        try:
+            yield arrived
+        finally:
+            self._api_sendMessage = serve  # type: ignore[method-assign]
 
     def fail_next(
         self,

@@ -112,22 +112,13 @@ async def test_a_kill_between_storing_and_sending_an_answer_sends_it_after_resta
     once after the restart, without asking the model again."""
     gateway = make_gateway()
     await gateway.start()
-    serve = fake_telegram._api_sendMessage
-    arrived = asyncio.Event()
-
-    async def never_answer(params: dict[str, Any]) -> dict[str, Any]:
-        arrived.set()
-        await asyncio.Event().wait()  # Telegram never answers: the kill comes first
-        raise AssertionError("unreachable: the wait above never ends")
-
-    fake_telegram._api_sendMessage = never_answer  # type: ignore[method-assign]
-    fake_llm.push(text("the owed answer"), match=_chat)
-    fake_telegram.message("what do I owe?")
-    await asyncio.wait_for(arrived.wait(), 20)
-    sessions = read_sessions(gateway.workspace)
-    assert "the owed answer" in [t for s in sessions for t in s.texts("assistant")]
-    await gateway.kill()
-    fake_telegram._api_sendMessage = serve  # type: ignore[method-assign]
+    with fake_telegram.sends_unanswered() as arrived:
+        fake_llm.push(text("the owed answer"), match=_chat)
+        fake_telegram.message("what do I owe?")
+        await asyncio.wait_for(arrived.wait(), 20)
+        sessions = read_sessions(gateway.workspace)
+        assert "the owed answer" in [t for s in sessions for t in s.texts("assistant")]
+        await gateway.kill()
     await gateway.start()
     await until(lambda: _answers(fake_telegram, "the owed answer") == 1, 30, "the owed answer")
     fake_telegram.message("and now?")
