@@ -19,9 +19,9 @@ import time
 from bench import durability, figures, first_text, report
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
-from bench.runner import Bench, System
+from bench.runner import Bench, both_systems
 from bench.startup import startup
-from bench.venvs import NANOBOT_VENV, REPO, nanobot_python, package_version, tools_python
+from bench.venvs import REPO, nanobot_python, package_version, tools_python
 from gateway import __version__
 from memory.tokens import TokenCounter
 
@@ -120,15 +120,7 @@ def main() -> None:
         "nanobot": package_version(nanobot_py, "nanobot-ai"),
         "openai": package_version(nanobot_py, "openai"),
     }
-    systems = [
-        System(
-            "memgate",
-            REPO / ".venv" / "bin" / "python",
-            "bench.memgate_driver",
-            REPO / ".venv" / "bin" / "memgate",
-        ),
-        System("nanobot", nanobot_py, "bench.nanobot_driver", NANOBOT_VENV / "bin" / "nanobot"),
-    ]
+    systems = both_systems(nanobot_py)
     llm = BenchLLM()
     llm.start()
     bench = Bench(llm)

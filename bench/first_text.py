@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from bench.configs import memgate_config, nanobot_config
-from bench.runner import Bench, System
+from bench.runner import Bench, System, both_systems
 from bench.stats import Row
 
 TOKENS = 400
@@ -157,20 +157,10 @@ def main() -> None:
     import sys
 
     from bench.fakellm import BenchLLM
-    from bench.venvs import NANOBOT_VENV, REPO, nanobot_python
+    from bench.venvs import nanobot_python
 
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    systems = [
-        System(
-            "memgate",
-            REPO / ".venv" / "bin" / "python",
-            "bench.memgate_driver",
-            REPO / ".venv" / "bin" / "memgate",
-        ),
-        System(
-            "nanobot", nanobot_python(), "bench.nanobot_driver", NANOBOT_VENV / "bin" / "nanobot"
-        ),
-    ]
+    systems = both_systems(nanobot_python())
     llm = BenchLLM()
     llm.start()
     bench = Bench(llm)

@@ -82,3 +82,18 @@ class Bench:
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def both_systems(nanobot_py: Path) -> list[System]:
+    """memgate (this checkout's venv) and nanobot (its own venv), as every figure runs them."""
+    from bench.venvs import NANOBOT_VENV, REPO
+
+    return [
+        System(
+            "memgate",
+            REPO / ".venv" / "bin" / "python",
+            "bench.memgate_driver",
+            REPO / ".venv" / "bin" / "memgate",
+        ),
+        System("nanobot", nanobot_py, "bench.nanobot_driver", NANOBOT_VENV / "bin" / "nanobot"),
+    ]

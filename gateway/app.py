@@ -112,8 +112,8 @@ class ProviderSummaryModel:
         parameters = tool["function"]["parameters"]
         keys = ", ".join(f'"{key}"' for key in parameters["properties"])
         described = "\n".join(
-            f"- {key}: {spec.get('description', '')}"
-            for key, spec in parameters["properties"].items()
+            f"- {key}: {schema.get('description', '')}"
+            for key, schema in parameters["properties"].items()
         )
         instruction = (
             f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
@@ -261,7 +261,7 @@ async def _build_runtime(
             )
         sessions = SessionStore(config.workspace / "sessions", config.tz)
         search = await stack.enter_async_context(open_search(config))
-        memory_tools = [Tool(*spec) for spec in search_tools(search)]
+        memory_tools = [Tool(*entry) for entry in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
         mcp = await _start_mcp(config, stack, group)
         try:

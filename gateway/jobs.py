@@ -174,24 +174,24 @@ def new_job(
         raise JobError("give exactly one of message (sent as is) or prompt (run as a turn)")
     if prompt is not None and prompt.strip().startswith("/"):
         raise JobError("prompt must not start with '/': commands cannot be scheduled")
-    kind, spec = rules[0]
-    spec = str(spec).strip()
+    kind, rule = rules[0]
+    rule = str(rule).strip()
     if kind == "at":
-        first = parse_at(spec, tz)
+        first = parse_at(rule, tz)
         if first <= now:
-            raise JobError(f"at: {spec!r} is in the past (now is {format_time(now, tz)})")
+            raise JobError(f"at: {rule!r} is in the past (now is {format_time(now, tz)})")
     elif kind == "every":
-        first = now + parse_interval(spec)
+        first = now + parse_interval(rule)
     else:
-        spec = check_cron(spec)
-        first = next_cron(spec, now, tz)
+        rule = check_cron(rule)
+        first = next_cron(rule, now, tz)
     return Job(
         id=secrets.token_hex(3),
         session=session,
         channel=channel,
         chat_id=chat_id,
         kind=kind,  # type: ignore[arg-type]  # one of the three names above
-        spec=spec,
+        spec=rule,
         timezone=tz.key,
         next_run=first,
         message=message.strip() if message else None,
