@@ -2,12 +2,17 @@
 its own and may write to the owner's home chat; by default it stays silent.
 
 A HEARTBEAT.md with no content (blank lines and headings only) costs nothing: no model call.
+
+Its messages go through the outbox as every answer does: stored as owed, marked delivered once the
+channel took them. An answer a kill (or a channel that was not connected) kept from its chat is
+sent at the next wake, before anything new is asked; a silent answer is owed to nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from gateway.bus import InboundMessage, OutboundMessage
@@ -52,15 +57,32 @@ class Heartbeat:
     async def run(self, agent: JobAgent, deliver: Deliver) -> None:
         never = asyncio.Event()  # nothing wakes a heartbeat early; only time passes
         due = self.clock() + self.interval
+        try:
+            await self.send_owed(agent, deliver)  # what the last run stored but never sent
+        except Exception:
+            log.exception("heartbeat could not send its owed messages")
         while True:
             await self.clock.sleep_until(due, never)
             if self.clock() < due:
                 continue  # a long wait is taken in pieces
             due = self.clock() + self.interval
             try:
+                await self.send_owed(agent, deliver)
                 await self.beat(agent, deliver)
             except Exception:
                 log.exception("heartbeat failed")
+
+    async def send_owed(self, agent: JobAgent, deliver: Deliver) -> None:
+        """Send the heartbeat's answers still owed to the home chat, oldest first; each is marked
+        delivered by its channel. One that cannot go out now waits for the next wake."""
+        for reply in await agent.owed(self.channel, self.chat_id, SESSION):
+            if SILENT in reply.text or not reply.text.strip():
+                await reply.sent()  # silence is owed to nobody
+                continue
+            log.info("heartbeat: sending a message kept from before home=%s:%s",
+                     self.channel, self.chat_id)  # fmt: skip
+            if not await self._deliver(reply, deliver):
+                return  # in order: the later ones wait behind it
 
     async def beat(self, agent: JobAgent, deliver: Deliver) -> None:
         """One heartbeat: nothing at all without a checklist; else a turn, sent unless silent."""
@@ -80,15 +102,25 @@ class Heartbeat:
                 session_key=SESSION,
             )
         )
-        answer = reply.text.strip() if reply is not None else ""
+        if reply is None:
+            return
+        answer = reply.text.strip()
         if not answer or SILENT in answer:
             log.info("heartbeat: nothing to say")
+            await reply.sent()  # stored, but owed to nobody
             return
-        problem = await deliver(OutboundMessage(self.channel, self.chat_id, answer))
-        if problem is not None:
-            log.warning(
-                "heartbeat message not delivered home=%s:%s reason=%s",
-                self.channel,
-                self.chat_id,
-                problem,
-            )
+        # The reply itself, not a copy: it marks its stored answer delivered once sent.
+        await self._deliver(replace(reply, text=answer), deliver)
+
+    async def _deliver(self, reply: OutboundMessage, deliver: Deliver) -> bool:
+        """Hand `reply` to its channel; False (and a warning) when it cannot take it now."""
+        problem = await deliver(reply)
+        if problem is None:
+            return True
+        log.warning(
+            "heartbeat message not delivered home=%s:%s reason=%s",
+            self.channel,
+            self.chat_id,
+            problem,
+        )
+        return False

@@ -36,13 +36,16 @@ Deliver = Callable[[OutboundMessage], Awaitable[str | None]]
 
 
 class JobAgent(Protocol):
-    """What the scheduler needs of the agent: a turn, and an owed assistant line stored in order."""
+    """What the scheduler and the heartbeat need of the agent: a turn, an owed assistant line stored
+    in order, and the answers a session still owes."""
 
     async def handle(self, message: InboundMessage) -> OutboundMessage | None: ...
 
     async def job_message(
         self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
     ) -> OutboundMessage | None: ...
+
+    async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]: ...
 
 
 class Scheduler:

@@ -19,6 +19,7 @@ import pytest
 
 from channels.telegram import TelegramChannel
 from gateway.app import Runtime, open_runtime
+from gateway.bus import OutboundMessage
 from gateway.config import TelegramConfig
 from gateway.heartbeat import Heartbeat
 from gateway.jobs import Job, new_job
@@ -383,3 +384,37 @@ async def test_heartbeat_with_an_empty_checklist_asks_nothing_and_a_full_one_may
         finally:
             beating.cancel()
             await asyncio.gather(beating, return_exceptions=True)
+
+
+async def test_heartbeat_message_its_chat_never_got_is_sent_once_after_a_restart(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A heartbeat answer that could not be delivered stays owed in the heartbeat's session; the
+    next process sends it to the home chat before asking anything new, once. A silent answer
+    (HEARTBEAT_OK) is owed to nobody."""
+    clock = ManualClock(START)
+
+    async def not_connected(message: OutboundMessage) -> str | None:
+        return "telegram is not connected"  # what chat_sender says of a channel still starting
+
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        workspace = gw.runtime.config.workspace
+        (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- water the plants at ten\n")
+        fake_llm.push(text("Time to water the plants."))
+        await Heartbeat(workspace, "telegram:42", 1800, clock).beat(gw.runtime.agent, not_connected)
+        session = await gw.runtime.agent.sessions.get("heartbeat")
+        assert [m["content"] for m in session.owed()] == ["Time to water the plants."]
+    assert texts(fake_telegram) == []
+
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        beat = Heartbeat(gw.runtime.config.workspace, "telegram:42", 1800, clock)
+        deliver = chat_sender([gw.channel])
+        fake_llm.push(text("HEARTBEAT_OK"))
+        await beat.send_owed(gw.runtime.agent, deliver)
+        await beat.beat(gw.runtime.agent, deliver)  # silent: nothing sent, nothing owed
+        session = await gw.runtime.agent.sessions.get("heartbeat")
+        assert session.owed() == []
+        await beat.send_owed(gw.runtime.agent, deliver)  # nothing left to send again
+        await fake_telegram.wait_sent(1)
+        assert len(fake_llm.chat_requests()) == 2
+    assert texts(fake_telegram) == ["Time to water the plants."]
