@@ -6,7 +6,9 @@ starts, so a turn is never cut in two.
 
 A run consolidates at least what is due and, since each call costs its fixed prompt (instructions,
 MEMORY.md, the tool) whatever the chunk, it fills its last chunk with the next whole turns up to
-what one call may hold, always leaving the newest KEEP_TURNS turns in the conversation.
+what one call may hold, always leaving the newest KEEP_TURNS turns in the conversation. A chunk
+closes only when the next whole turn would not fit its call, so a backlog takes as few calls as
+turn boundaries allow.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -136,3 +138,19 @@ async def test_every_consolidation_request_fits_the_agents_budget(
         sizes = [budget.size(r["messages"], [save_memory_tool(with_memory=True)]) for r in requests]
     assert all(size <= budget.limit for size in sizes)
     assert all(size > budget.limit / 3 for size in sizes[:-1])
+
+
+def test_a_long_backlog_takes_as_few_calls_as_turn_boundaries_allow() -> None:
+    """A 300-turn backlog's chunks fit, end at user messages and close only when the next turn
+    would not fit: their count is within one of total ÷ room."""
+    sizes = [(7 * index) % 23 + 5 for index in range(600)]  # 5 to 27 "tokens" a message
+    messages = turns(300)
+    limit = 400
+    chunks = split(messages, 0, len(messages), sizes.__getitem__, limit, most=1000)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(messages)
+    assert all(stop == start for (_, stop), (start, _) in itertools.pairwise(chunks))
+    assert all(messages[start]["role"] == "user" for start, _ in chunks)
+    assert all(sum(sizes[start:stop]) <= limit for start, stop in chunks)
+    for start, stop in chunks[:-1]:
+        assert sum(sizes[start : stop + 2]) > limit  # the next turn (user + answer) did not fit
+    assert abs(len(chunks) - math.ceil(sum(sizes) / limit)) <= 1
