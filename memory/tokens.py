@@ -8,6 +8,12 @@ try its download, and if that fails too we raise: a count is never silently 0.
 
 The vocabulary is built when the first count needs it (a `memgate status` never does), once per
 process, and without tiktoken's own copy of the rank table, which it keeps only for pickling.
+
+Most questions asked of token counts are "does this fit under a limit", and those can often be
+answered without the vocabulary: in a byte-level BPE (cl100k_base, o200k_base) every token stands
+for at least one byte of UTF-8, so a text's byte length is an upper bound of its count. `at_most()`
+gives that bound; the prompt budget asks it first and counts only when the bound does not settle
+the question, so a process whose prompts fit by bytes never builds the vocabulary.
 """
 
 from __future__ import annotations
@@ -168,6 +174,7 @@ class TokenCounter:
             await asyncio.to_thread(self.encoding)
 
     def count(self, text: str) -> int:
+        """The exact number of tokens of `text` (builds the vocabulary on first use)."""
         if not text:
             return 0
         count = len(self.encoding().encode(text, disallowed_special=()))
@@ -198,6 +205,29 @@ class TokenCounter:
 
     def count_tools(self, tools: list[dict[str, Any]]) -> int:
         return self.count(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+    # -- upper bounds, without the vocabulary -----------------------------------------------------
+    def at_most(self, text: str) -> int:
+        """An upper bound of `count(text)` that needs no vocabulary: the text's UTF-8 bytes."""
+        return utf8_length(text)
+
+    def at_most_message(self, message: dict[str, Any]) -> int:
+        """An upper bound of `count_message(message)`, with the same overhead and image tokens."""
+        return utf8_length(message_text(message)) + MESSAGE_OVERHEAD + image_tokens(message)
+
+    def at_most_tools(self, tools: list[dict[str, Any]]) -> int:
+        """An upper bound of `count_tools(tools)`."""
+        return utf8_length(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of `text` in UTF-8, at least its token count in a byte-level BPE.
+
+    A lone surrogate (which tiktoken encodes as U+FFFD, three bytes) counts three bytes too.
+    """
+    if text.isascii():
+        return len(text)  # the common case, without encoding a copy
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 # What one image part costs a vision model, taken generously: a 1568-px image is about 1,600

@@ -17,7 +17,7 @@ from gateway.cli import collector_paused
 from gateway.on_demand import OnDemand
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
-from tests.conftest import inbound, memgate
+from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import TOKEN
 
@@ -100,15 +100,41 @@ asyncio.run(main())
     assert loaded == ["telegram"]
 
 
-async def test_vocabulary_is_built_by_the_first_turn_not_at_start(
+async def test_a_turn_that_fits_by_bytes_builds_no_vocabulary(
     runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
-    """The runtime starts without the tokenizer's vocabulary; the first turn builds it."""
+    """A turn whose whole prompt fits the budget by bytes is answered, and its consolidation
+    check done, without building the tokenizer's vocabulary."""
     assert not runtime.counter.loaded
-    fake_llm.push(text("hi"))
-    reply = await runtime.agent.handle(inbound("hello"))
-    assert reply is not None and reply.text == "hi"
-    assert runtime.counter.loaded
+    for word in ("hello", "and again"):
+        fake_llm.push(text(f"re: {word}"))
+        reply = await runtime.agent.handle(inbound(word))
+        assert reply is not None and reply.text == f"re: {word}"
+    await runtime.consolidator.wait_idle()
+    assert [len(r["messages"]) for r in fake_llm.chat_requests()] == [2, 4]
+    assert not runtime.counter.loaded
+
+
+async def test_a_prompt_over_the_budget_in_bytes_is_counted_and_sent_whole(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """History that is over the budget in bytes but not in tokens builds the vocabulary and is
+    sent whole, as exact counting decides."""
+    # A budget of 13,952 tokens; the history below is ~24,000 bytes but ~4,500 tokens.
+    async with make_runtime({"llm": {"context_window": 16000, "max_tokens": 1024}}) as runtime:
+        session = await runtime.sessions.get("test:42")
+        said = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} " + "word " * 200}
+            for i in range(24)
+        ]
+        await runtime.sessions.add_messages(session, said)
+        assert runtime.agent.budget.at_most(said) > runtime.config.llm.budget
+        assert not runtime.counter.loaded
+        reply = await runtime.agent.handle(inbound("and now?"))
+        assert reply is not None and not reply.failed
+        assert runtime.counter.loaded
+        sent = fake_llm.chat_requests()[0]["messages"]
+        assert [m["content"] for m in sent[1:-1]] == [m["content"] for m in said]
 
 
 def test_counters_of_one_model_share_one_encoding() -> None:
