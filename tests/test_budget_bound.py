@@ -9,7 +9,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memory.budget import Part, PromptBudget
@@ -109,6 +109,7 @@ def test_fit_by_bound_equals_exact(said: list[tuple[str, str]], system: str, lim
 
 
 @settings(max_examples=150, deadline=None)
+@example(["hello " * 10], ["the cat sat " * 200], 1000, 0.5)  # the text around takes it all
 @given(
     st.lists(_TEXT, min_size=1, max_size=5),
     st.lists(_TEXT, max_size=3),
