@@ -186,9 +186,16 @@ async def test_on_demand_client_is_made_once_at_first_use_and_closed_only_if_mad
 
 
 def test_collector_is_paused_while_importing_and_enabled_again_even_after_an_error() -> None:
-    """The garbage collector is off inside `collector_paused` and back on after it, error or not."""
+    """The garbage collector is off inside `collector_paused`, back on after it (error or not),
+    and leaves what was made inside out of its later passes."""
     assert gc.isenabled()
-    with pytest.raises(ImportError), collector_paused():
-        assert not gc.isenabled()
-        raise ImportError("a module that failed to import")
-    assert gc.isenabled()
+    gc.unfreeze()
+    try:
+        with pytest.raises(ImportError), collector_paused():
+            assert not gc.isenabled()
+            assert gc.get_freeze_count() == 0
+            raise ImportError("a module that failed to import")
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # this test process goes on making garbage of its own
