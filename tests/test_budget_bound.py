@@ -16,6 +16,8 @@ from memory.budget import Part, PromptBudget
 from memory.errors import BudgetError
 from memory.sessions import Session, SessionStore
 from memory.tokens import TokenCounter
+from tests.conftest import RuntimeFactory, inbound
+from tests.fakes.llm import FakeLLM
 
 COUNTER = TokenCounter("gpt-4o-mini")
 # A bound this large never fits a limit, so a budget given it decides everything by counting.
@@ -147,3 +149,32 @@ def test_a_window_that_fits_by_bytes_is_decided_without_counting() -> None:
     assert window == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
     # Over by bytes: only counting can tell.
     assert PromptBudget(20, COUNTER).history_by_bound(session, head, [], end=2) is None
+
+
+async def test_the_size_rule_counts_exactly_where_bytes_reach_it(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A session at the consolidation threshold by bytes but far below it in tokens is counted
+    exactly after its turn (which itself fit by bytes) and is not consolidated."""
+    async with make_runtime({"llm": {"context_window": 64000, "max_tokens": 1024}}) as runtime:
+        await runtime.agent.handle(inbound("hi"))
+        await runtime.consolidator.wait_idle()
+        assert not runtime.counter.loaded
+        budget = runtime.agent.budget
+        system = fake_llm.chat_requests()[0]["messages"][0]
+        session = await runtime.sessions.get("test:42")
+        said = [*session.messages]
+        # Filler of ~200 tokens and ~1,000 bytes a message, up to 2,000 bytes past the threshold.
+        threshold = 0.75 * budget.limit
+        while budget.at_most([system, *said]) < threshold + 2000:
+            said.append({"role": "user", "content": "word " * 200})
+            said.append({"role": "assistant", "content": "noted " * 166})
+        await runtime.sessions.add_messages(session, said[len(session.messages) :])
+        reply = await runtime.agent.handle(inbound("and now?"))
+        assert reply is not None and reply.text == "echo: and now?"
+        await runtime.consolidator.wait_idle()
+        assert runtime.counter.loaded
+        assert fake_llm.consolidation_requests() == []
+        exact = budget.size([system, *session.messages])
+        assert exact < threshold <= budget.at_most([system, *session.messages])
+        assert len(fake_llm.chat_requests()[-1]["messages"]) == len(session.messages)
