@@ -18,7 +18,6 @@ the question, so a process whose prompts fit by bytes never builds the vocabular
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import hashlib
 import json
@@ -54,8 +53,6 @@ _BLOBS = {
 
 # Per-message overhead of the chat format (role, separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4
-# Texts longer than this are tokenized in a worker thread so the event loop keeps serving.
-_INLINE_LIMIT = 8_000
 
 
 def encoding_name_for(model: str) -> str:
@@ -146,7 +143,8 @@ class TokenCounter:
     """Counts tokens of texts and chat messages with the model's encoding.
 
     Construction only makes sure the vocabulary is at hand (a verified file in tiktoken's cache);
-    the encoding is built by the first count, or ahead of it, off the event loop, by `ready()`.
+    the encoding is built by the first count (callers count in worker threads). The `at_most`
+    methods bound a count from above without it.
     """
 
     def __init__(self, model: str) -> None:
@@ -168,11 +166,6 @@ class TokenCounter:
             self._encoding = load_encoding(self.encoding_name)
         return self._encoding
 
-    async def ready(self) -> None:
-        """Build the encoding in a worker thread if no count has yet, so no count blocks."""
-        if self._encoding is None:
-            await asyncio.to_thread(self.encoding)
-
     def count(self, text: str) -> int:
         """The exact number of tokens of `text` (builds the vocabulary on first use)."""
         if not text:
@@ -181,12 +174,6 @@ class TokenCounter:
         if count == 0:  # cannot happen for non-empty text; guard the promise anyway
             raise TokenizerError(f"tokenizer returned 0 tokens for {len(text)} characters")
         return count
-
-    async def count_async(self, text: str) -> int:
-        """Like count(), off the event loop when the text is long."""
-        if len(text) <= _INLINE_LIMIT:
-            return self.count(text)
-        return await asyncio.to_thread(self.count, text)
 
     def truncate(self, text: str, tokens: int) -> str:
         """The longest start of `text` that is at most `tokens` tokens."""
