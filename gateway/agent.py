@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 NEW_SESSION_REPLY = "New session started."
 UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
+# Unconsolidated messages whose byte bound a turn adds up on the event loop (a fraction of a
+# millisecond); a longer backlog is sized in a worker thread, so no turn waits on its length.
+INLINE_HISTORY = 256
 
 
 class MemoryKeeper(Protocol):
@@ -335,8 +338,12 @@ class AgentLoop:
         head = [{"role": "system", "content": system}, current]
         most = self.config.memory.max_history_messages
         # Most turns fit by bytes, decided here at once; the others count, in a worker thread
-        # (the first such count builds the tokenizer's vocabulary).
-        history = self.budget.history_by_bound(session, head, schemas, end=end, max_messages=most)
+        # (the first such count builds the tokenizer's vocabulary), as does a long backlog.
+        history = None
+        if end - session.last_consolidated <= INLINE_HISTORY:
+            history = self.budget.history_by_bound(
+                session, head, schemas, end=end, max_messages=most
+            )
         if history is None:
             try:
                 history = await asyncio.to_thread(

@@ -178,3 +178,23 @@ async def test_the_size_rule_counts_exactly_where_bytes_reach_it(
         exact = budget.size([system, *session.messages])
         assert exact < threshold <= budget.at_most([system, *session.messages])
         assert len(fake_llm.chat_requests()[-1]["messages"]) == len(session.messages)
+
+
+async def test_a_long_backlog_that_fits_by_bytes_is_sent_without_counting(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """600 short unconsolidated messages (sized in a worker thread, not on the event loop) fit
+    by bytes: all are sent and the vocabulary is not built."""
+    async with make_runtime({"memory": {"window": 1000}}) as runtime:
+        session = await runtime.sessions.get("test:42")
+        said = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"short line {i}"}
+            for i in range(600)
+        ]
+        await runtime.sessions.add_messages(session, said)
+        reply = await runtime.agent.handle(inbound("still there?"))
+        assert reply is not None and reply.text == "echo: still there?"
+        await runtime.consolidator.wait_idle()
+        sent = fake_llm.chat_requests()[0]["messages"]
+        assert [m["content"] for m in sent[1:-1]] == [m["content"] for m in said]
+        assert not runtime.counter.loaded
