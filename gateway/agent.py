@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,19 +43,22 @@ from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
 from memory.session_file import Message
-from memory.sessions import Session, SessionStore, history_window, legal_messages
-from memory.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memory.sessions import Session, SessionStore, legal_messages
+from memory.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
 NEW_SESSION_REPLY = "New session started."
 UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
+# Unconsolidated messages whose byte bound a turn adds up on the event loop (a fraction of a
+# millisecond); a longer backlog is sized in a worker thread, so no turn waits on its length.
+INLINE_HISTORY = 256
 
 
 class MemoryKeeper(Protocol):
     """Background housekeeping the agent notifies but never waits for (the consolidator)."""
 
-    def after_turn(self, session: Session, system_tokens: int) -> None: ...
+    def after_turn(self, session: Session, system: str) -> None: ...
 
     def after_rotate(self, key: str, archived: Path) -> None: ...
 
@@ -124,7 +128,6 @@ class AgentLoop:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
-        self._fixed_counts: dict[str, int] = {}
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
 
     # -- entry point -------------------------------------------------------------------------------
@@ -304,7 +307,6 @@ class AgentLoop:
                 if self.observer is not None:
                     self.observer.turn_resumed()
                 steps = await close_interrupted(self.sessions, session, replay.steps)
-        await self.counter.ready()  # the vocabulary, built off the loop by the first turn
         prepared = (
             await self.media.prepare(message) if self.media else PreparedMessage(message.text)
         )
@@ -332,17 +334,30 @@ class AgentLoop:
             self.context.user_content(replace(message, text=prepared.text)), prepared.images
         )
         schemas = tools.schemas()
-        system_tokens = await self._count_fixed(system) + MESSAGE_OVERHEAD
         end = len(session.messages) - 1 if stored is None else stored
-        # One trip to a worker thread for all the tokenizing a turn starts with.
-        fixed, history = await asyncio.to_thread(
-            self._history, session, current, schemas, system_tokens, end
-        )
-        if history is None:
-            return (
-                f"Your message is too long for the model ({fixed} tokens with my instructions; "
-                f"the limit is {self.config.llm.budget}). It is kept; please send a shorter one."
+        head = [{"role": "system", "content": system}, current]
+        most = self.config.memory.max_history_messages
+        # Most turns fit by bytes, decided here at once; the others count, in a worker thread
+        # (the first such count builds the tokenizer's vocabulary), as does a long backlog.
+        history = None
+        if end - session.last_consolidated <= INLINE_HISTORY:
+            history = self.budget.history_by_bound(
+                session, head, schemas, end=end, max_messages=most
             )
+        if history is None:
+            try:
+                history = await asyncio.to_thread(
+                    partial(self.budget.history, end=end, max_messages=most),
+                    session,
+                    head,
+                    schemas,
+                )
+            except BudgetError as exc:
+                return (
+                    f"Your message is too long for the model ({exc.needed} tokens with my "
+                    f"instructions; the limit is {exc.limit}). It is kept; please send a "
+                    "shorter one."
+                )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *history,
@@ -359,7 +374,7 @@ class AgentLoop:
             return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
-                self.keeper.after_turn(session, system_tokens)
+                self.keeper.after_turn(session, system)
 
     async def _tool_loop(
         self,
@@ -423,24 +438,6 @@ class AgentLoop:
             "Ask me to continue, or rephrase the request."
         )
 
-    def _history(
-        self,
-        session: Session,
-        current: dict[str, Any],
-        schemas: list[dict[str, Any]],
-        system_tokens: int,
-        end: int,
-    ) -> tuple[int, list[Message] | None]:
-        """(tokens of everything but the history, the history that fits beside it); the history
-        is None when the rest alone is over the budget. Tokenizes: run it in a worker thread."""
-        # Through the budget's cache, so a later check of the turn counts neither again.
-        fixed = system_tokens + self.budget.size([current], schemas)
-        available = self.config.llm.budget - fixed
-        if available < 0:
-            return fixed, None
-        max_messages = self.config.memory.max_history_messages
-        return fixed, history_window(session, self.counter, available, max_messages, end)
-
     async def _ask(
         self,
         session: Session,
@@ -471,17 +468,6 @@ class AgentLoop:
         text = mark_stopped(partial)
         stats.session, stats.answer = session, await self.outbox.owe(session, text)
         return text
-
-    async def _count_fixed(self, text: str) -> int:
-        """Token count of a text that rarely changes (system prompt, tool schemas), remembered."""
-        cached = self._fixed_counts.get(text)
-        if cached is None:
-            cached = await self.counter.count_async(text)
-            # Each group chat has a system prompt of its own (its folder's name is in it).
-            if len(self._fixed_counts) > 512:
-                self._fixed_counts.clear()
-            self._fixed_counts[text] = cached
-        return cached
 
     def _session_lock(self, key: str) -> SessionLock:
         return SessionLock(self._locks, key)

@@ -178,9 +178,8 @@ class ContextBuilder:
         """The files cut to their share of the budget (whole if there is no budget)."""
         if self.budget is None:
             return [part for _, part in files]
-        overhead = self.budget.counter.count("\n\n".join(head))
-        overhead += sum(self.budget.counter.count(heading) for heading, _ in files)
-        return self.budget.cap_parts([part for _, part in files], overhead)
+        around = ["\n\n".join(head), *(heading for heading, _ in files)]
+        return self.budget.cap_parts([part for _, part in files], around)
 
     def user_content(self, message: InboundMessage, now: datetime | None = None) -> str:
         """The current message as the model sees it: the runtime block, then the text."""

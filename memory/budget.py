@@ -5,17 +5,22 @@ before every consolidation call (the app passes both the same object), and the p
 the share each fixed file (bootstrap files, MEMORY.md, today's note) may take. Counting uses the
 same `TokenCounter` as everything else, so the figure checked here is the figure a request
 carries. Also home of the one tool-result cap. Imports nothing of the gateway.
+
+Every decision here is "does it fit", and each is taken on upper bounds first (a text's UTF-8
+bytes, `TokenCounter.at_most`): where the bounds fit, the exact counts fit too and the answer is
+the same, without the tokenizer's vocabulary. Only where the bounds are over is anything counted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.errors import BudgetError
-from memory.sessions import legal_messages
+from memory.sessions import Session, history_window, legal_messages, window_start
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,12 @@ class Counter(Protocol):
     def count_tools(self, tools: list[dict[str, Any]]) -> int: ...
 
     def truncate(self, text: str, tokens: int) -> str: ...
+
+    def at_most(self, text: str) -> int: ...
+
+    def at_most_message(self, message: Message) -> int: ...
+
+    def at_most_tools(self, tools: list[dict[str, Any]]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,59 @@ class PromptBudget:
         """Tokens of a request: every message plus the tool schemas."""
         total = sum(self._count(m) for m in messages)
         return total + (self._count_tools(tools) if tools else 0)
+
+    def at_most(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """An upper bound of `size(messages, tools)` that needs no tokenizer."""
+        total = sum(self.counter.at_most_message(m) for m in messages)
+        return total + (self.counter.at_most_tools(tools) if tools else 0)
+
+    def fits(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> bool:
+        """Whether the request is within the limit: by the bound where that settles it."""
+        return (
+            self.at_most(messages, tools) <= self.limit or self.size(messages, tools) <= self.limit
+        )
+
+    def history_by_bound(
+        self,
+        session: Session,
+        head: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        end: int,
+        max_messages: int = 0,
+    ) -> list[Message] | None:
+        """The whole history window (see `history`) if the bounds show it all fits beside `head`
+        and `tools`; None when only exact counts can tell. Cheap: its work stops at the limit."""
+        start = window_start(session, end, max_messages)
+        used = self.at_most(head, tools)
+        for index in range(end - 1, start - 1, -1):  # newest first: a long one ends it soonest
+            if used > self.limit:
+                return None
+            used += self.counter.at_most_message(session.messages[index])
+        return legal_messages(session.messages[start:end]) if used <= self.limit else None
+
+    def history(
+        self,
+        session: Session,
+        head: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        end: int,
+        max_messages: int = 0,
+    ) -> list[Message]:
+        """The newest messages of `session` before `end` that fit beside `head` (the system
+        prompt, the current message) and `tools`, as `history_window` chooses them.
+
+        Raises BudgetError when `head` and `tools` alone are over the limit. Decided by bounds
+        when everything fits by them, by exact counts otherwise: run it in a worker thread.
+        """
+        window = self.history_by_bound(session, head, tools, end=end, max_messages=max_messages)
+        if window is not None:
+            return window
+        fixed = self.size(head, tools)
+        if fixed > self.limit:
+            raise BudgetError(fixed, self.limit)
+        return history_window(session, self.counter, self.limit - fixed, max_messages, end)
 
     def _count_tools(self, tools: list[dict[str, Any]]) -> int:
         # The same schemas go with every call of every turn of a scope: tokenized once. The text
@@ -100,7 +164,7 @@ class PromptBudget:
         result without its call; then tool results of this turn are cut, largest first, each with
         a marker saying how much was cut.
         """
-        if self.size(messages, tools) <= self.limit:
+        if self.fits(messages, tools):
             return messages
         head, history, turn = messages[:1], messages[1:current], messages[current:]
         fixed = self.size(head + turn, tools)
@@ -140,13 +204,19 @@ class PromptBudget:
         return turn
 
     # -- the fixed parts of the system prompt ---------------------------------------------------
-    def cap_parts(self, parts: list[Part], overhead: int = 0) -> list[Part]:
+    def cap_parts(self, parts: list[Part], around: Sequence[str] = ()) -> list[Part]:
         """Cut the parts that are over their share, each with a marker and a warning naming it.
 
-        The fixed files together get `fixed_share` of the limit, less `overhead` (text around
-        them); a file smaller than an even split keeps all of it and leaves the rest to the others.
+        The fixed files together get `fixed_share` of the limit, less the texts `around` them
+        (headings, instructions); a file smaller than an even split keeps all of it and leaves
+        the rest to the others. When even the bounds of all of them fit, nothing is cut and
+        nothing counted (exactly, each would then get all it needs).
         """
-        room = max(0, int(self.limit * self.fixed_share) - overhead)
+        share = int(self.limit * self.fixed_share)
+        at_most = self.counter.at_most
+        if sum(map(at_most, around)) + sum(at_most(part.text) for part in parts) <= share:
+            return list(parts)
+        room = max(0, share - sum(self.counter.count(text) for text in around))
         sizes = {part.name: self.counter.count(part.text) for part in parts}
         shares = allocate(sizes, room)
         capped = []
@@ -168,6 +238,8 @@ class PromptBudget:
         Also what a document's extracted text goes through before it joins the current message.
         """
         if size is None:
+            if self.counter.at_most(part.text) <= share:
+                return part
             size = self.counter.count(part.text)
         if size <= share:
             return part

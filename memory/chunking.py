@@ -33,6 +33,11 @@ class Trigger:
     consolidate_to: float = 0.5
     window: int = 100
 
+    def may_fire(self, at_most: int) -> bool:
+        """Whether a prompt of at most `at_most` tokens may reach the size rule: if not, `target`
+        decides the same on upper bounds as on exact counts, and nothing needs counting."""
+        return at_most >= self.consolidate_at * self.budget
+
 
 def target(
     messages: Sequence[Message],

@@ -67,7 +67,7 @@ class Job:
     ident: str
     key: str
     archived: Path | None = None
-    system_tokens: int = 0
+    system: str = ""  # the system prompt of the session's last turn, for the size rule
     everything: bool = False  # consolidate all of it (archives, the CLI), not just what is due
 
 
@@ -115,10 +115,10 @@ class Consolidator:
         self._queue: WorkQueue[Job] = WorkQueue("consolidator", self.process, self._retry_in)
 
     # -- what the reply path calls: enqueue only -----------------------------------------------------
-    def after_turn(self, session: Session, system_tokens: int) -> None:
+    def after_turn(self, session: Session, system: str) -> None:
         if self.backing_off(session.key):
             return  # a failing write path is not paid for on every turn
-        self.enqueue(Job(session.key, session.key, system_tokens=system_tokens))
+        self.enqueue(Job(session.key, session.key, system=system))
 
     def backing_off(self, key: str) -> bool:
         """True while `key` waits out the backoff after a failed consolidation."""
@@ -221,16 +221,26 @@ class Consolidator:
 
     def _target(self, session: Session, job: Job) -> int | None:
         start, count = session.last_consolidated, len(session.messages)
-        # Sizes matter only to the budget trigger, which `everything` does not ask.
-        tokens = (
-            [] if job.everything else [session.tokens(i, self.counter) for i in range(start, count)]
-        )
+        trigger = self.settings.trigger
+        head = [{"role": "system", "content": job.system}] if job.system else []
+        # Sizes matter only to the size rule, which `everything` does not ask. Upper bounds
+        # (no tokenizer) go in where even they stay under it: the decision is the same.
+        tokens: list[int] = []
+        system_tokens = 0
+        if not job.everything:
+            tokens = [
+                self.counter.at_most_message(session.messages[i]) for i in range(start, count)
+            ]
+            system_tokens = self.budget.at_most(head)
+            if trigger.may_fire(system_tokens + sum(tokens)):
+                tokens = [session.tokens(i, self.counter) for i in range(start, count)]
+                system_tokens = self.budget.size(head)
         return chunking.target(
             session.messages,
             start,
             tokens,
-            self.settings.trigger,
-            system_tokens=job.system_tokens,
+            trigger,
+            system_tokens=system_tokens,
             everything=job.everything,
             archive=job.archived is not None,
         )

@@ -331,9 +331,7 @@ def history_window(
     without its results, and holds at most `max_messages` (0: no cap). The file keeps everything.
     """
     end = len(session.messages) if end is None else end
-    start = session.last_consolidated
-    if max_messages:
-        start = max(start, end - max_messages)
+    start = window_start(session, end, max_messages)
     index, used = end, 0
     while index > start:
         cost = session.tokens(index - 1, counter)
@@ -342,6 +340,12 @@ def history_window(
         used += cost
         index -= 1
     return legal_messages(session.messages[index:end])
+
+
+def window_start(session: Session, end: int, max_messages: int = 0) -> int:
+    """The oldest message a history window ending at `end` may hold (0 `max_messages`: no cap)."""
+    start = session.last_consolidated
+    return max(start, end - max_messages) if max_messages else start
 
 
 def legal_messages(messages: list[Message]) -> list[Message]:

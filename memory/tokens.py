@@ -8,11 +8,16 @@ try its download, and if that fails too we raise: a count is never silently 0.
 
 The vocabulary is built when the first count needs it (a `memgate status` never does), once per
 process, and without tiktoken's own copy of the rank table, which it keeps only for pickling.
+
+Most questions asked of token counts are "does this fit under a limit", and those can often be
+answered without the vocabulary: in a byte-level BPE (cl100k_base, o200k_base) every token stands
+for at least one byte of UTF-8, so a text's byte length is an upper bound of its count. `at_most()`
+gives that bound; the prompt budget asks it first and counts only when the bound does not settle
+the question, so a process whose prompts fit by bytes never builds the vocabulary.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import hashlib
 import json
@@ -48,8 +53,6 @@ _BLOBS = {
 
 # Per-message overhead of the chat format (role, separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4
-# Texts longer than this are tokenized in a worker thread so the event loop keeps serving.
-_INLINE_LIMIT = 8_000
 
 
 def encoding_name_for(model: str) -> str:
@@ -140,7 +143,8 @@ class TokenCounter:
     """Counts tokens of texts and chat messages with the model's encoding.
 
     Construction only makes sure the vocabulary is at hand (a verified file in tiktoken's cache);
-    the encoding is built by the first count, or ahead of it, off the event loop, by `ready()`.
+    the encoding is built by the first count (callers count in worker threads). The `at_most`
+    methods bound a count from above without it.
     """
 
     def __init__(self, model: str) -> None:
@@ -162,24 +166,14 @@ class TokenCounter:
             self._encoding = load_encoding(self.encoding_name)
         return self._encoding
 
-    async def ready(self) -> None:
-        """Build the encoding in a worker thread if no count has yet, so no count blocks."""
-        if self._encoding is None:
-            await asyncio.to_thread(self.encoding)
-
     def count(self, text: str) -> int:
+        """The exact number of tokens of `text` (builds the vocabulary on first use)."""
         if not text:
             return 0
         count = len(self.encoding().encode(text, disallowed_special=()))
         if count == 0:  # cannot happen for non-empty text; guard the promise anyway
             raise TokenizerError(f"tokenizer returned 0 tokens for {len(text)} characters")
         return count
-
-    async def count_async(self, text: str) -> int:
-        """Like count(), off the event loop when the text is long."""
-        if len(text) <= _INLINE_LIMIT:
-            return self.count(text)
-        return await asyncio.to_thread(self.count, text)
 
     def truncate(self, text: str, tokens: int) -> str:
         """The longest start of `text` that is at most `tokens` tokens."""
@@ -198,6 +192,29 @@ class TokenCounter:
 
     def count_tools(self, tools: list[dict[str, Any]]) -> int:
         return self.count(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+    # -- upper bounds, without the vocabulary -----------------------------------------------------
+    def at_most(self, text: str) -> int:
+        """An upper bound of `count(text)` that needs no vocabulary: the text's UTF-8 bytes."""
+        return utf8_length(text)
+
+    def at_most_message(self, message: dict[str, Any]) -> int:
+        """An upper bound of `count_message(message)`, with the same overhead and image tokens."""
+        return utf8_length(message_text(message)) + MESSAGE_OVERHEAD + image_tokens(message)
+
+    def at_most_tools(self, tools: list[dict[str, Any]]) -> int:
+        """An upper bound of `count_tools(tools)`."""
+        return utf8_length(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of `text` in UTF-8, at least its token count in a byte-level BPE.
+
+    A lone surrogate (which tiktoken encodes as U+FFFD, three bytes) counts three bytes too.
+    """
+    if text.isascii():
+        return len(text)  # the common case, without encoding a copy
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 # What one image part costs a vision model, taken generously: a 1568-px image is about 1,600

@@ -17,7 +17,7 @@ from gateway.cli import collector_paused
 from gateway.on_demand import OnDemand
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
-from tests.conftest import inbound, memgate
+from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import TOKEN
 
@@ -100,15 +100,41 @@ asyncio.run(main())
     assert loaded == ["telegram"]
 
 
-async def test_vocabulary_is_built_by_the_first_turn_not_at_start(
+async def test_a_turn_that_fits_by_bytes_builds_no_vocabulary(
     runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
-    """The runtime starts without the tokenizer's vocabulary; the first turn builds it."""
+    """A turn whose whole prompt fits the budget by bytes is answered, and its consolidation
+    check done, without building the tokenizer's vocabulary."""
     assert not runtime.counter.loaded
-    fake_llm.push(text("hi"))
-    reply = await runtime.agent.handle(inbound("hello"))
-    assert reply is not None and reply.text == "hi"
-    assert runtime.counter.loaded
+    for word in ("hello", "and again"):
+        fake_llm.push(text(f"re: {word}"))
+        reply = await runtime.agent.handle(inbound(word))
+        assert reply is not None and reply.text == f"re: {word}"
+    await runtime.consolidator.wait_idle()
+    assert [len(r["messages"]) for r in fake_llm.chat_requests()] == [2, 4]
+    assert not runtime.counter.loaded
+
+
+async def test_a_prompt_over_the_budget_in_bytes_is_counted_and_sent_whole(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """History that is over the budget in bytes but not in tokens builds the vocabulary and is
+    sent whole, as exact counting decides."""
+    # A budget of 13,952 tokens; the history below is ~24,000 bytes but ~4,500 tokens.
+    async with make_runtime({"llm": {"context_window": 16000, "max_tokens": 1024}}) as runtime:
+        session = await runtime.sessions.get("test:42")
+        said = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} " + "word " * 200}
+            for i in range(24)
+        ]
+        await runtime.sessions.add_messages(session, said)
+        assert runtime.agent.budget.at_most(said) > runtime.config.llm.budget
+        assert not runtime.counter.loaded
+        reply = await runtime.agent.handle(inbound("and now?"))
+        assert reply is not None and not reply.failed
+        assert runtime.counter.loaded
+        sent = fake_llm.chat_requests()[0]["messages"]
+        assert [m["content"] for m in sent[1:-1]] == [m["content"] for m in said]
 
 
 def test_counters_of_one_model_share_one_encoding() -> None:
@@ -160,9 +186,16 @@ async def test_on_demand_client_is_made_once_at_first_use_and_closed_only_if_mad
 
 
 def test_collector_is_paused_while_importing_and_enabled_again_even_after_an_error() -> None:
-    """The garbage collector is off inside `collector_paused` and back on after it, error or not."""
+    """The garbage collector is off inside `collector_paused`, back on after it (error or not),
+    and leaves what was made inside out of its later passes."""
     assert gc.isenabled()
-    with pytest.raises(ImportError), collector_paused():
-        assert not gc.isenabled()
-        raise ImportError("a module that failed to import")
-    assert gc.isenabled()
+    gc.unfreeze()
+    try:
+        with pytest.raises(ImportError), collector_paused():
+            assert not gc.isenabled()
+            assert gc.get_freeze_count() == 0
+            raise ImportError("a module that failed to import")
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # this test process goes on making garbage of its own
