@@ -58,7 +58,7 @@ INLINE_HISTORY = 256
 class MemoryKeeper(Protocol):
     """Background housekeeping the agent notifies but never waits for (the consolidator)."""
 
-    def after_turn(self, session: Session, system: str) -> None: ...
+    def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None: ...
 
     def after_rotate(self, key: str, archived: Path) -> None: ...
 
@@ -374,7 +374,7 @@ class AgentLoop:
             return "\n\n".join([*prepared.notices, reply]) if reply else reply
         finally:
             if self.keeper is not None:
-                self.keeper.after_turn(session, system)
+                self.keeper.after_turn(session, system, schemas)
 
     async def _tool_loop(
         self,

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
+from typing import Any
 
 from memory import chunking
 from memory.budget import PromptBudget
@@ -68,6 +69,7 @@ class Job:
     key: str
     archived: Path | None = None
     system: str = ""  # the system prompt of the session's last turn, for the size rule
+    tools: tuple[dict[str, Any], ...] = ()  # its tool schemas, which every request carries too
     everything: bool = False  # consolidate all of it (archives, the CLI), not just what is due
 
 
@@ -115,10 +117,10 @@ class Consolidator:
         self._queue: WorkQueue[Job] = WorkQueue("consolidator", self.process, self._retry_in)
 
     # -- what the reply path calls: enqueue only -----------------------------------------------------
-    def after_turn(self, session: Session, system: str) -> None:
+    def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None:
         if self.backing_off(session.key):
             return  # a failing write path is not paid for on every turn
-        self.enqueue(Job(session.key, session.key, system=system))
+        self.enqueue(Job(session.key, session.key, system=system, tools=tuple(tools)))
 
     def backing_off(self, key: str) -> bool:
         """True while `key` waits out the backoff after a failed consolidation."""
@@ -231,10 +233,12 @@ class Consolidator:
             tokens = [
                 self.counter.at_most_message(session.messages[i]) for i in range(start, count)
             ]
-            system_tokens = self.budget.at_most(head)
+            # The prompt around the history: the system prompt and the tool schemas.
+            tools = list(job.tools)
+            system_tokens = self.budget.at_most(head, tools)
             if trigger.may_fire(system_tokens + sum(tokens)):
                 tokens = [session.tokens(i, self.counter) for i in range(start, count)]
-                system_tokens = self.budget.size(head)
+                system_tokens = self.budget.size(head, tools)
         return chunking.target(
             session.messages,
             start,

@@ -198,3 +198,28 @@ async def test_a_long_backlog_that_fits_by_bytes_is_sent_without_counting(
         sent = fake_llm.chat_requests()[0]["messages"]
         assert [m["content"] for m in sent[1:-1]] == [m["content"] for m in said]
         assert not runtime.counter.loaded
+
+
+async def test_the_size_rule_counts_the_tool_schemas_every_request_carries(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A session whose prompt reaches the consolidation threshold only with its tool schemas
+    counted is consolidated: the rule sees the request the next turn will send."""
+    config = {"llm": {"context_window": 8000, "max_tokens": 1024}, "memory": {"window": 1000}}
+    async with make_runtime(config) as runtime:
+        await runtime.agent.handle(inbound("hi"))
+        await runtime.consolidator.wait_idle()
+        first = fake_llm.chat_requests()[0]
+        system, tools = first["messages"][0], first["tools"]
+        budget = runtime.agent.budget
+        threshold = 0.75 * budget.limit
+        session = await runtime.sessions.get("test:42")
+        said = [*session.messages]
+        while budget.size([system, *said], tools) < threshold:
+            said.append({"role": "user", "content": "a few words " * 10})
+            said.append({"role": "assistant", "content": "noted"})
+        await runtime.sessions.add_messages(session, said[len(session.messages) :])
+        await runtime.agent.handle(inbound("and now?"))
+        await runtime.consolidator.wait_idle()
+        assert budget.size([system, *session.messages]) < threshold  # not without the tools
+        assert fake_llm.consolidation_requests() != []
