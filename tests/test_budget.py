@@ -38,6 +38,7 @@ async def test_every_call_of_a_turn_fits_a_small_budget(
         (runtime.config.workspace / "big.txt").write_text("lorem ipsum dolor sit amet " * 2300)
         for index in range(3):  # some history first, which must give way too
             await runtime.agent.handle(inbound(f"warm-up message {index} " + "words " * 60))
+        await runtime.consolidator.wait_idle()  # the scripted answers below are the turn's
         fake_llm.push(tool_call("read_file", {"path": "big.txt"}))
         fake_llm.push(answer_about_the_file)
         reply = await runtime.agent.handle(inbound("summarise big.txt"))
