@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -419,12 +420,14 @@ def _timed_out(exc: BaseException) -> bool:
 
     The aiohttp transport reports every failure to connect (refused, unknown host, a server that
     closed the connection) as a connect timeout, which the SDK then reports as a timeout; the
-    chain tells them apart, as only a real timeout has a TimeoutError (or nothing) at its root.
+    aiohttp error it was raised from tells them apart (aiohttp's own timeouts are TimeoutErrors).
     """
     if not isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return False
-    root = _root(exc)
-    return root is exc or isinstance(root, TimeoutError)
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, aiohttp.ClientError):
+        cause = cause.__cause__
+    return cause is None or isinstance(cause, TimeoutError)
 
 
 def _connection_text(exc: BaseException) -> str:

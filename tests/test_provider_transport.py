@@ -46,8 +46,10 @@ async def test_many_calls_at_once_are_all_sent_at_once(
         fake_llm.push(text("late"), hold=release)
     async with asyncio.TaskGroup() as group:
         answers = [group.create_task(provider.chat(HI)) for _ in range(calls)]
-        await fake_llm.wait_for(lambda: fake_llm.in_flight == calls)
-        release.set()
+        try:
+            await fake_llm.wait_for(lambda: fake_llm.in_flight == calls)
+        finally:
+            release.set()
     assert all(a.result().content == "late" for a in answers)
 
 
