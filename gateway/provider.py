@@ -9,7 +9,9 @@ embeddings (which the search catches, falling back to keywords).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from secrets import token_hex
 from typing import Any
 
 import aiohttp
@@ -84,6 +86,13 @@ class OpenAIProvider:
             max_retries=max_retries,
             http_client=openai.DefaultAioHttpClient(),
         )
+        # The absolute URL spares the SDK joining it to the base URL on every call. The SDK
+        # makes an idempotency key for every request (a uuid4: an urandom call) though its
+        # OpenAI client sends none; a counter after a random prefix costs less and is as unique,
+        # should a version send it (a key is kept across the SDK's retries of its request).
+        self._url = f"{base_url.rstrip('/')}/chat/completions"
+        prefix = f"memgate-{token_hex(8)}"
+        self._keys = (f"{prefix}-{n}" for n in itertools.count(1))
         # The SDK bounds each attempt; this bounds all attempts together.
         self._deadline = timeout * (max_retries + 1) + 10
         self._limit_key = "max_tokens"
@@ -163,7 +172,12 @@ class OpenAIProvider:
                 # grows with the history. `cast_to=object` hands back the decoded JSON instead of
                 # a tree of pydantic models, of which a turn reads five fields; retries and the
                 # typed errors for HTTP statuses are the SDK's, as before.
-                answer = await self._client.post("/chat/completions", body=kwargs, cast_to=object)
+                answer = await self._client.post(
+                    self._url,
+                    body=kwargs,
+                    cast_to=object,
+                    options={"idempotency_key": next(self._keys)},
+                )
         except TimeoutError as exc:
             raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
         except openai.APIConnectionError as exc:  # a timeout too, or posing as one
@@ -262,8 +276,9 @@ class OpenAIProvider:
         try:
             async with asyncio.timeout(self._deadline):
                 stream = await self._client.post(
-                    "/chat/completions",
+                    self._url,
                     body=kwargs,
+                    options={"idempotency_key": next(self._keys)},
                     cast_to=ChatCompletion,
                     stream=True,
                     stream_cls=openai.AsyncStream[ChatCompletionChunk],
