@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.bus import scrub
 from gateway.errors import (
@@ -275,13 +274,14 @@ class OpenAIProvider:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._deadline):
+                # Each event's decoded JSON as is (`object`), not a ChatCompletionChunk model.
                 stream = await self._client.post(
                     self._url,
                     body=kwargs,
                     options={"idempotency_key": next(self._keys)},
-                    cast_to=ChatCompletion,
+                    cast_to=object,
                     stream=True,
-                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                    stream_cls=openai.AsyncStream[object],
                 )
         except TimeoutError as exc:
             raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
