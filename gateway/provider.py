@@ -1,9 +1,10 @@
 """The models behind the agent: the OpenAI-SDK implementation of the `ChatProvider` seam
 (gateway/llm_types.py), and the embeddings and speech clients memory search and media use.
 
-This is the only module that imports `openai`; its exceptions are translated here, chained with
-`from exc`: into `gateway.errors.LLMError` subclasses for chat, into memory's `EmbeddingError` for
-embeddings (which the search catches, falling back to keywords).
+This is the only module that imports `openai`; its exceptions (and those of the transports under
+it, httpx2 and, for chat, aiohttp) are translated here, chained with `from exc`: into
+`gateway.errors.LLMError` subclasses for chat, into memory's `EmbeddingError` for embeddings (which
+the search catches, falling back to keywords).
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ class OpenAIProvider:
         self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
         self.temperature = temperature
         self.max_tokens = max_tokens
-        # Local servers (Ollama, llama.cpp) accept any key, but the SDK insists on one.
         # The SDK's aiohttp transport (aiohttp comes with the SDK) rather than its default
         # httpx2 one: the SDK's retries, timeouts, typed errors and environment proxies stay,
         # and a turn's request costs about a quarter fewer instructions. Its pool (1,000
         # connections) is far above `agent.max_concurrency`, so no call queues for a connection.
+        # Local servers (Ollama, llama.cpp) accept any key, but the SDK insists on one.
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "not-needed",
