@@ -165,7 +165,7 @@ def render(rows: list[Row], versions: dict[str, str], notes: list[str]) -> str:
     for target in TARGETS:
         try:
             value = target.value(by_key)
-        except KeyError:  # its figure was not run (`--only`)
+        except (KeyError, ValueError):  # its figure was not run (`--only`): no row, or none to max
             continue
         verdict = "met" if target.met(value) else "**missed**"
         out.append(f"- {target.text}: {target.shown.format(value)} — {verdict}")
