@@ -51,7 +51,9 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "loopback; the first row is that round trip alone (the system's own provider calling "
         "the fake), the floor under every turn. The p99 target is judged on 1 chat, where "
         "latency is not queueing behind other chats. Prompt files are looked at once a second "
-        "at most (as shipped), so most turns do no `stat`.",
+        "at most (as shipped), so most turns do no `stat`. memgate's chat calls go through the "
+        "openai SDK's aiohttp transport (`openai.DefaultAioHttpClient`), nanobot's through the "
+        "SDK's default httpx transport; both with the SDK's retries and typed errors.",
         f"- b: the session file is written by each system's own session store, either with all "
         f"but the last 10 messages marked consolidated (what a deployment has) or with none "
         f"consolidated, under a context window that holds the whole history at under half its "

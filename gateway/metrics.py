@@ -38,6 +38,10 @@ class Metrics:
             registry=r,
         )
         self.tokens = Counter("memgate_tokens", "Tokens used, by kind", ["kind"], registry=r)
+        # Label lookups take a lock and hash the values: done once here, not on every turn.
+        self._prompt_tokens = self.tokens.labels("prompt")
+        self._completion_tokens = self.tokens.labels("completion")
+        self._by_channel: dict[str, tuple[Counter, Counter, Counter]] = {}
         self.turns_resumed = Counter(
             "memgate_turns_resumed",
             "Turns a restart stopped half-way, resumed from their stored tool steps",
@@ -75,17 +79,31 @@ class Metrics:
 
     # -- the agent's observer interface ----------------------------------------------------------
     def message_in(self, channel: str) -> None:
-        self.messages_in.labels(channel).inc()
+        self._channel(channel)[0].inc()
 
     def message_out(self, channel: str, *, error: bool) -> None:
-        self.messages_out.labels(channel).inc()
+        _, out, errors = self._channel(channel)
+        out.inc()
         if error:
-            self.turn_errors.labels(channel).inc()
+            errors.inc()
 
     def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None:
         self.llm_latency.observe(seconds)
-        self.tokens.labels("prompt").inc(prompt_tokens)
-        self.tokens.labels("completion").inc(completion_tokens)
+        self._prompt_tokens.inc(prompt_tokens)
+        self._completion_tokens.inc(completion_tokens)
+
+    def _channel(self, channel: str) -> tuple[Counter, Counter, Counter]:
+        """The channel's in, out and error counters, made at its first message (so its error
+        count shows 0 rather than nothing until the first error); a handful of channels."""
+        counters = self._by_channel.get(channel)
+        if counters is None:
+            counters = (
+                self.messages_in.labels(channel),
+                self.messages_out.labels(channel),
+                self.turn_errors.labels(channel),
+            )
+            self._by_channel[channel] = counters
+        return counters
 
     def turn_resumed(self) -> None:
         self.turns_resumed.inc()

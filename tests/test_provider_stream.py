@@ -139,3 +139,28 @@ async def test_refused_tools_are_dropped_and_the_answer_still_streams(
     ]
     assert chat.stream_support.enabled and not chat.tool_support.enabled
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "cause"),
+    [
+        ('{"choices": [{"index": 0, "delta": {"content": ["x"]}}]}', "content is not text"),
+        ('{"choices": [{"index": 0, "delta": {"tool_calls": "f"}}]}', "tool_calls is not a list"),
+        ('"just text"', "not a JSON object"),
+    ],
+    ids=["content-not-text", "calls-not-list", "not-an-object"],
+)
+async def test_an_unusable_chunk_is_an_llm_error_naming_it(
+    fake_llm: FakeLLM, raw: str, cause: str
+) -> None:
+    """A streamed chunk that is not a completion chunk is an LLMError saying what is wrong."""
+    from gateway.errors import LLMError
+
+    fake_llm.push({"raw": raw})
+    chat = provider(fake_llm)
+    sink = Pieces()
+    with pytest.raises(LLMError) as raised:
+        await chat.stream_chat(ASK, on_text=sink)
+    await chat.close()
+    assert "unusable answer from the model" in str(raised.value) and cause in str(raised.value)
+    assert sink.pieces == []

@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible chat completions server on 127.0.0.1 (aiohttp.web).
 
-It records every request and answers from a script: text, tool calls, HTTP errors, delays, calls held
-open until the test releases them, and streaming. With no script it echoes the last user message, so
+It records every request (with the client's address, so kept-alive connections show) and answers
+from a script: text, tool calls, HTTP errors, dropped connections, delays, calls held open until the
+test releases them, and streaming. With no script it echoes the last user message, so
 `python -m tests.fakes.llm --port 8000` gives a new user something to point `memgate chat` at.
 `/v1/embeddings` answers with vectors computed from the input text itself (see `embed_text`).
 `/v1/audio/transcriptions` reads the multipart upload the SDK sends and answers from a script of
@@ -52,6 +53,11 @@ def parallel(*calls: Reply) -> Reply:
 def error(status: int, message: str = "boom", **extra: Any) -> Reply:
     """An HTTP error in OpenAI's error shape."""
     return {"error": {"status": status, "message": message, **extra}}
+
+
+def drop() -> Reply:
+    """No answer at all: the server closes the connection once it has read the request."""
+    return {"drop": True}
 
 
 def is_consolidation(body: dict[str, Any]) -> bool:
@@ -279,6 +285,8 @@ class FakeLLM:
             return web.json_response({"error": {"message": "bad json"}}, status=400)
         body["_headers"] = {k.lower(): v for k, v in request.headers.items()}
         body["_arrived_at"] = time.monotonic()
+        # The client's end of the connection: two requests on one kept-alive connection share it.
+        body["_peer"] = request.transport.get_extra_info("peername") if request.transport else None
         self.requests.append(body)
         if self._arrived is not None:
             async with self._arrived:
@@ -331,6 +339,10 @@ class FakeLLM:
     async def _respond(
         self, request: web.Request, body: dict[str, Any], reply: Reply
     ) -> web.StreamResponse:
+        if reply.get("drop"):
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()  # never written: the connection is gone
         if "error" in reply:
             err = dict(reply["error"])
             status = err.pop("status", 500)
