@@ -322,7 +322,9 @@ class AgentLoop:
             trusted = message.sender_is_owner or self.config.memory.guests == "shared"
             if message.is_group or not trusted:
                 session.group = True  # a group's or a guest's words stay out of MEMORY.md
-            await self.sessions.add_messages(session, [user])
+            # Written before the model is asked (a killed process keeps it); the disk's sync
+            # runs beside the model call, and the answer's append waits for it.
+            await self.sessions.add_messages(session, [user], synced=False)
         if not prepared.answerable:
             # Only files we could not read (a failed transcription): nothing to ask the model.
             return "\n".join(prepared.notices)

@@ -3,18 +3,29 @@ sessions, are written in one thread hop, then fsynced one file after another.
 
 Writing every file first and syncing after lets the first fsync carry most of the others' work (a
 journaling filesystem commits the other files' new blocks with it), and a turn's append waits for
-one hop of the thread pool, not one each. An append still returns only once its own lines are on
-disk, and a failure (disk full, a file that cannot be opened) is reported to that append alone.
+one hop of the thread pool, not one each. An append returns once its own lines are on disk, and a
+failure (disk full, a file that cannot be opened) is reported to that append alone.
+
+An append may ask to return as soon as its lines are written (`synced=False`): they then survive a
+killed process, and reach the disk with the batch's fsync, or at the latest with the next synced
+append to the same file (an fsync covers every earlier write of the file). The agent stores a
+user's message that way, so the model call does not wait for the disk; the answer's append, which
+comes before anything is sent, waits for both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from memory.session_file import write_lines
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -23,18 +34,25 @@ class _Append:
     data: bytes
     cut_at: int | None
     done: asyncio.Future[int]
+    synced: bool  # settle `done` after the fsync, not as soon as the lines are written
 
 
-def _commit(batch: list[tuple[Path, bytes, int | None]]) -> list[int | BaseException]:
-    """Write each append, then fsync each file; per append its new size or its error."""
+def _commit(
+    batch: list[tuple[Path, bytes, int | None]],
+    on_written: Callable[[list[int | BaseException]], None],
+) -> list[int | BaseException]:
+    """Write each append, report the sizes written (`on_written`), then fsync each file; per
+    append its new size or its error."""
     results: list[int | BaseException] = []
     written: list[tuple[int, int]] = []  # (index in results, open descriptor)
     for path, data, cut_at in batch:
         try:
-            written.append((len(results), write_lines(path, data, cut_at)))
-            results.append(0)
+            fd = write_lines(path, data, cut_at)
+            written.append((len(results), fd))
+            results.append(os.fstat(fd).st_size)
         except Exception as exc:
             results.append(exc)
+    on_written(list(results))
     for index, fd in written:
         try:
             os.fsync(fd)
@@ -54,11 +72,14 @@ class GroupCommit:
         self.batches = 0  # thread hops taken
         self.appends = 0  # appends they carried
 
-    def submit(self, path: Path, data: bytes, cut_at: int | None) -> asyncio.Future[int]:
+    def submit(
+        self, path: Path, data: bytes, cut_at: int | None, *, synced: bool = True
+    ) -> asyncio.Future[int]:
         """Append `data` to `path` (cutting a torn tail at `cut_at`): a future of the file's new
-        size, set once the lines are synced. The write happens even if nobody awaits it."""
+        size, set once the lines are synced (or, not `synced`, once they are written). The write
+        happens even if nobody awaits it."""
         loop = asyncio.get_running_loop()
-        request = _Append(path, data, cut_at, loop.create_future())
+        request = _Append(path, data, cut_at, loop.create_future(), synced)
         self._pending.append(request)
         if len(self._pending) == 1:
             # Appends from tasks woken in this iteration join the batch before it leaves.
@@ -70,13 +91,34 @@ class GroupCommit:
         self.batches += 1
         self.appends += len(batch)
         work = [(r.path, r.data, r.cut_at) for r in batch]
-        future = loop.run_in_executor(None, _commit, work)
+        early = [r for r in batch if not r.synced]
+
+        def written(results: list[int | BaseException]) -> None:  # in the worker thread
+            if early:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(settle_written, results)
+
+        def settle_written(results: list[int | BaseException]) -> None:
+            for request, result in zip(batch, results, strict=True):
+                if request.synced or request.done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    request.done.set_exception(result)
+                else:
+                    request.done.set_result(result)
+
+        future = loop.run_in_executor(None, _commit, work, written)
 
         def settle(outcome: asyncio.Future[list[int | BaseException]]) -> None:
             error = None if outcome.cancelled() else outcome.exception()
             results = [] if error is not None or outcome.cancelled() else outcome.result()
             for index, request in enumerate(batch):
                 if request.done.done():
+                    if not request.synced and _failed_after_writing(request, results, index):
+                        # Its caller has moved on: the next synced append to the file syncs
+                        # these lines too, or reports the disk's error itself.
+                        log.warning("session append not synced path=%s error=%s",
+                                    request.path, results[index])  # fmt: skip
                     continue
                 if index < len(results):
                     result = results[index]
@@ -88,3 +130,9 @@ class GroupCommit:
                     request.done.set_exception(error or RuntimeError("session append cancelled"))
 
         future.add_done_callback(settle)
+
+
+def _failed_after_writing(request: _Append, results: list[int | BaseException], index: int) -> bool:
+    """Whether an append settled at its write failed only at its fsync."""
+    wrote = not request.done.cancelled() and request.done.exception() is None
+    return wrote and index < len(results) and isinstance(results[index], BaseException)

@@ -187,8 +187,13 @@ class SessionStore:
     def cached(self) -> Iterator[Session]:
         return iter(list(self._recent.values()))
 
-    async def append(self, session: Session, records: list[Message]) -> None:
-        """Append records (messages or markers) as whole lines; write metadata first if new."""
+    async def append(
+        self, session: Session, records: list[Message], *, synced: bool = True
+    ) -> None:
+        """Append records (messages or markers) as whole lines; write metadata first if new.
+
+        Returns once they are on disk, or with `synced=False` once they are written (they survive
+        a killed process; the next synced append of the session puts them on disk too)."""
         if not records:
             return
         async with session.lock:
@@ -207,7 +212,7 @@ class SessionStore:
             lines.extend(encode_record(r) for r in records)
             cut = session._size if session._torn else None
             data = b"".join(lines)
-            pending = self.commits.submit(session.path, data, cut)
+            pending = self.commits.submit(session.path, data, cut, synced=synced)
             try:
                 size = await asyncio.shield(pending)
             except asyncio.CancelledError:
@@ -228,10 +233,12 @@ class SessionStore:
         offsets = offsets[len(lines) - len(records) :]  # past the metadata line, if any
         session._appended(records, offsets, size)
 
-    async def add_messages(self, session: Session, messages: list[Message]) -> None:
-        """Append messages, stamping each with the current time."""
+    async def add_messages(
+        self, session: Session, messages: list[Message], *, synced: bool = True
+    ) -> None:
+        """Append messages, stamping each with the current time (see `append` for `synced`)."""
         stamped = [{**m, "timestamp": m.get("timestamp") or self.now()} for m in messages]
-        await self.append(session, stamped)
+        await self.append(session, stamped, synced=synced)
 
     async def mark_consolidated(self, session: Session, pointer: int) -> None:
         """Move the consolidation pointer by appending a marker."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from datetime import UTC
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import pytest
 
 from memory.session_file import file_name, parse_session_bytes
 from memory.sessions import SessionStore
+from tests.conftest import RuntimeFactory, inbound
+from tests.fakes.llm import FakeLLM
 
 
 async def test_concurrent_appends_to_different_sessions_share_one_commit(tmp_path: Path) -> None:
@@ -61,3 +65,83 @@ async def test_a_cancelled_turn_still_records_what_it_appended(tmp_path: Path) -
     await store.add_messages(session, [{"role": "user", "content": "b"}])
     reloaded = await SessionStore(tmp_path, UTC).get("t:1")
     assert [m["content"] for m in reloaded.messages] == ["a", "b"]
+
+
+class HeldDisk:
+    """os.fsync that blocks (in its worker thread) until released, noting the files it synced."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.synced: list[int] = []
+        self._real = os.fsync
+
+    def fsync(self, fd: int) -> None:
+        self.entered.set()
+        if not self.release.wait(timeout=30):
+            raise TimeoutError("the test never released the disk")
+        self._real(fd)
+        self.synced.append(os.fstat(fd).st_ino)
+
+
+async def test_an_unsynced_append_returns_once_written_and_a_synced_one_waits_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the disk's sync held: `synced=False` returns with its line in the file and in the
+    session; a synced append of another session does not return until the sync is done."""
+    disk = HeldDisk()
+    monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+    store = SessionStore(tmp_path, UTC)
+    quick, careful = await store.get("t:quick"), await store.get("t:careful")
+    synced = asyncio.ensure_future(store.add_messages(careful, [{"role": "user", "content": "b"}]))
+    await store.add_messages(quick, [{"role": "user", "content": "a"}], synced=False)
+    data = (tmp_path / file_name("t:quick")).read_bytes()
+    assert [m["content"] for m in parse_session_bytes(data).messages] == ["a"]
+    assert [m["content"] for m in quick.messages] == ["a"]
+    await asyncio.to_thread(disk.entered.wait, 30)
+    assert not synced.done() and disk.synced == []
+    disk.release.set()
+    await synced
+    inodes = {(tmp_path / file_name(key)).stat().st_ino for key in ("t:quick", "t:careful")}
+    assert set(disk.synced) == inodes  # the unsynced line reached the disk with its batch
+
+
+async def test_the_next_synced_append_waits_until_an_unsynced_line_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user line written unsynced, then the answer: the answer's append returns only after an
+    fsync of the file that holds both lines."""
+    disk = HeldDisk()
+    monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:1")
+    await store.add_messages(session, [{"role": "user", "content": "q"}], synced=False)
+    answer = asyncio.ensure_future(
+        store.add_messages(session, [{"role": "assistant", "content": "a"}])
+    )
+    await asyncio.to_thread(disk.entered.wait, 30)
+    assert not answer.done()
+    disk.release.set()
+    await answer
+    path = tmp_path / file_name("t:1")
+    assert disk.synced.count(path.stat().st_ino) >= 1
+    assert [m["content"] for m in parse_session_bytes(path.read_bytes()).messages] == ["q", "a"]
+
+
+async def test_the_model_is_asked_while_the_users_line_is_still_being_synced(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the disk's sync held, a turn's model call is made (its user line already in the file),
+    and the answer comes back only once the disk has synced."""
+    async with make_runtime() as runtime:
+        disk = HeldDisk()
+        monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+        turn = asyncio.ensure_future(runtime.agent.handle(inbound("hello")))
+        await fake_llm.wait_for_requests(1, kind="chat")
+        path = runtime.sessions.path_for("test:42")
+        assert [m["content"] for m in parse_session_bytes(path.read_bytes()).messages] == ["hello"]
+        assert not turn.done()
+        disk.release.set()
+        reply = await turn
+        assert reply is not None and reply.text == "echo: hello"
+        assert path.stat().st_ino in disk.synced
