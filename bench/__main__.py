@@ -84,9 +84,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"the process's own VmHWM (not `ru_maxrss`, which Linux carries across exec from the "
         f"orchestrator). 16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}. "
         "One turn per chat neither consolidates nor reaches memgate's budget by bytes, so memgate "
-        "never builds its tokenizer's vocabulary here; a deployment builds it at its first "
-        "consolidation (chunks are counted exactly), which adds about 45 MB resident, and about "
-        "75 MB at the peak while it is built.",
+        "never builds its tokenizer's vocabulary here; a deployment builds it the first time a "
+        "prompt, or the lines a consolidation call would take, may not fit by bytes (on a small "
+        "context window, about when its first chat grows long), which adds about 45 MB resident, "
+        "and about 75 MB at the peak while it is built.",
         f"- f: both with context window {f.LONG_WINDOW:,} and max_tokens {f.LONG_MAX_TOKENS:,}, "
         f"so both budgets are {f.LONG_WINDOW - f.LONG_MAX_TOKENS - 1024:,} tokens; ~80-token "
         f"messages echoed back. Prompts counted at the fake with o200k_base (4 tokens per message "

@@ -11,6 +11,7 @@ one job queued or running. Any failure counts against its session, which then ba
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -258,15 +259,35 @@ class Consolidator:
         """
         with_memory = self._with_memory(session)
         memory_text = self.files.read_memory() if with_memory else ""
-        fixed = self.summariser.fixed_size(memory_text, with_memory)
-        limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
-
-        def cost(index: int) -> int:  # the line plus the newline that joins it to the next
-            return self.counter.count(self.transcript.line(session.messages[index])) + 1
-
         start = session.last_consolidated
         most = MAX_CHUNKS_PER_RUN + 1  # one more than a run takes tells that more remains
         reach = chunking.keep_from(session.messages, start) if fill else None
+
+        @functools.cache
+        def line(index: int) -> str:
+            return self.transcript.line(session.messages[index])
+
+        # Byte bounds first: when the prompt and every line a run may take fit by bytes, one
+        # call takes them all, as it would by tokens (each check is a sum below the total).
+        fixed = self.summariser.fixed_size(memory_text, with_memory, at_most=True)
+        limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
+
+        def bound(index: int) -> int:  # the line plus the newline that joins it to the next
+            return self.counter.at_most(line(index)) + 1
+
+        total = 0
+        for index in range(start, max(end, reach or 0)):
+            total += bound(index)
+            if total > limit:
+                break
+        else:
+            return chunking.split(session.messages, start, end, bound, limit, most, reach)
+        fixed = self.summariser.fixed_size(memory_text, with_memory)
+        limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
+
+        def cost(index: int) -> int:
+            return self.counter.count(line(index)) + 1
+
         return chunking.split(session.messages, start, end, cost, limit, most, reach)
 
     async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:

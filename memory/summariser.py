@@ -87,18 +87,21 @@ class Summariser:
         self.budget = budget
         self.timeout = timeout
 
-    def fixed_size(self, memory_text: str, with_memory: bool) -> int:
-        """Tokens of a request before any chunk line: the prompts, MEMORY.md and the tool."""
+    def fixed_size(self, memory_text: str, with_memory: bool, *, at_most: bool = False) -> int:
+        """Tokens of a request before any chunk line: the prompts, MEMORY.md and the tool (with
+        `at_most`, an upper bound that needs no tokenizer)."""
         messages = summary_prompt([], memory_text, with_memory)
-        return self.budget.size(messages, [save_memory_tool(with_memory)])
+        tools = [save_memory_tool(with_memory)]
+        return (
+            self.budget.at_most(messages, tools) if at_most else self.budget.size(messages, tools)
+        )
 
     async def ask(self, lines: list[str], memory_text: str, with_memory: bool) -> tuple[str, str]:
         """The validated (history_entry, memory_update); memory_update is "" for a group."""
         tool = save_memory_tool(with_memory)
         messages = summary_prompt(lines, memory_text, with_memory)
-        needed = await asyncio.to_thread(self.budget.size, messages, [tool])
-        if needed > self.budget.limit:
-            raise BudgetError(needed, self.budget.limit)
+        if not await asyncio.to_thread(self.budget.fits, messages, [tool]):
+            raise BudgetError(self.budget.size(messages, [tool]), self.budget.limit)
         arguments = await call_forced(self.model, messages, tool, self.timeout)
         return validate_arguments(arguments, with_memory)
 

@@ -223,3 +223,19 @@ async def test_the_size_rule_counts_the_tool_schemas_every_request_carries(
         await runtime.consolidator.wait_idle()
         assert budget.size([system, *session.messages]) < threshold  # not without the tools
         assert fake_llm.consolidation_requests() != []
+
+
+async def test_a_consolidation_that_fits_by_bytes_builds_no_vocabulary(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """Short turns past a small window are consolidated with chunks sized by bytes (they fit
+    the call whole, as by tokens): the vocabulary is never built."""
+    async with make_runtime({"memory": {"window": 6}}) as runtime:
+        for index in range(8):
+            await runtime.agent.handle(inbound(f"message {index}"))
+        await runtime.consolidator.wait_idle()
+        session = await runtime.sessions.get("test:42")
+        assert len(fake_llm.consolidation_requests()) >= 1
+        assert session.last_consolidated > 0
+        assert session.messages[session.last_consolidated]["role"] == "user"
+        assert not runtime.counter.loaded
