@@ -59,7 +59,10 @@ async def test_two_chats_consolidating_together_keep_both_facts(
 ) -> None:
     """Two consolidation calls released together both land in MEMORY.md, 20 runs of 20."""
     fake_llm.default = serve_merges
-    async with make_runtime({"memory": {"window": 4, "workers": 2}}) as runtime:
+    # Each call is held until the other arrives: on a loaded machine that may take longer than
+    # the tests' usual 5 s client timeout, which is not what this test is about.
+    overrides = {"memory": {"window": 4, "workers": 2}, "llm": {"timeout": 60}}
+    async with make_runtime(overrides) as runtime:
         for run in range(20):
             first, second = f"a{run}", f"b{run}"
             release = asyncio.Event()
