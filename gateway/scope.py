@@ -15,6 +15,7 @@ unless `memory.guests: shared` gives guests' DMs the private scope.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -59,8 +60,10 @@ class Scope:
         return " and ".join(f"{root}/" for root in self.reads)
 
 
+@functools.cache
 def private_scope() -> Scope:
-    """The owner's scope: the whole workspace; conversations (and kept versions) are read-only."""
+    """The owner's scope: the whole workspace; conversations (and kept versions) are read-only.
+    One object, made once (a scope is frozen), as every owner's turn asks for it."""
     return Scope(
         PRIVATE,
         reads=(WHOLE_WORKSPACE,),

@@ -105,7 +105,7 @@ class PromptBudget:
         for index in range(end - 1, start - 1, -1):  # newest first: a long one ends it soonest
             if used > self.limit:
                 return None
-            used += self.counter.at_most_message(session.messages[index])
+            used += session.bound(index, self.counter)
         return legal_messages(session.messages[start:end]) if used <= self.limit else None
 
     def history(

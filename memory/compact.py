@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from typing import Any
 
 from memory.budget import PromptBudget
@@ -70,16 +71,35 @@ class MemoryCompactor:
         self.max_tokens = min(max_tokens, budget.limit // 4)
         self.timeout = timeout
         self.runs = 0
+        self._within: tuple[int, int, int] | None = None  # a MEMORY.md counted within
+
+    def may_be_oversized(self) -> bool:
+        """False when MEMORY.md is surely within the limit, told by one stat: it has no more
+        bytes than the limit has tokens, or it is the file a count last found within."""
+        try:
+            return self._may_be_over(self.files.memory_md.stat())
+        except FileNotFoundError:
+            return False
+
+    def _may_be_over(self, stat: os.stat_result) -> bool:
+        # A token is at least one byte; an atomic rewrite is a new inode.
+        version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return stat.st_size > self.max_tokens and version != self._within
 
     def oversized(self) -> str | None:
         """MEMORY.md's text if it is over the limit, else None (cheap when it is small)."""
         try:
-            if self.files.memory_md.stat().st_size <= self.max_tokens:
-                return None  # a token is at least one byte
+            stat = self.files.memory_md.stat()
         except FileNotFoundError:
             return None
+        if not self._may_be_over(stat):
+            return None
         text = self.files.read_memory()
-        return text if self.budget.counter.count(text) > self.max_tokens else None
+        if self.budget.counter.count(text) > self.max_tokens:
+            return text
+        # Stat taken before the read: should the file change in between, the next stat differs.
+        self._within = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return None
 
     async def compact_if_needed(self) -> bool:
         """Compact MEMORY.md if it is over the limit; True if it was rewritten."""

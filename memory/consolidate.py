@@ -121,7 +121,27 @@ class Consolidator:
     def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None:
         if self.backing_off(session.key):
             return  # a failing write path is not paid for on every turn
+        if not self._may_be_due(session, system, tools) and not self._may_compact(session):
+            return  # the job would find nothing to do: most turns queue none
         self.enqueue(Job(session.key, session.key, system=system, tools=tuple(tools)))
+
+    def _may_be_due(self, session: Session, system: str, tools: list[dict[str, Any]]) -> bool:
+        """Whether `_target` may find messages due: by the window rule, or by the size rule on
+        upper bounds (kept per message by the session), under which exact counts are too."""
+        trigger = self.settings.trigger
+        start, count = session.last_consolidated, len(session.messages)
+        if count - start >= trigger.window:
+            return True
+        head = [{"role": "system", "content": system}] if system else []
+        history = sum(session.bound(i, self.counter) for i in range(start, count))
+        return trigger.may_fire(self.budget.at_most(head, tools) + history)
+
+    def _may_compact(self, session: Session) -> bool:
+        return (
+            self.compactor is not None
+            and self._with_memory(session)
+            and self.compactor.may_be_oversized()
+        )
 
     def backing_off(self, key: str) -> bool:
         """True while `key` waits out the backoff after a failed consolidation."""
@@ -150,6 +170,11 @@ class Consolidator:
     @property
     def queue_depth(self) -> int:
         return self._queue.depth
+
+    @property
+    def jobs_queued(self) -> int:
+        """Jobs queued since start (a turn queues one only when it may have work for it)."""
+        return self._queue.queued
 
     async def recover(self) -> int:
         """Queue archival left unfinished by a previous process (derived from the files)."""
@@ -231,9 +256,7 @@ class Consolidator:
         tokens: list[int] = []
         system_tokens = 0
         if not job.everything:
-            tokens = [
-                self.counter.at_most_message(session.messages[i]) for i in range(start, count)
-            ]
+            tokens = [session.bound(i, self.counter) for i in range(start, count)]
             # The prompt around the history: the system prompt and the tool schemas.
             tools = list(job.tools)
             system_tokens = self.budget.at_most(head, tools)

@@ -57,6 +57,12 @@ class Counter(Protocol):
     def count_message(self, message: Message) -> int: ...
 
 
+class Bounder(Protocol):
+    """What a session's bound cache needs from a tokenizer."""
+
+    def at_most_message(self, message: Message) -> int: ...
+
+
 class Session:
     """One conversation: its messages from `messages.base` on in memory, mirrored by its file."""
 
@@ -75,6 +81,7 @@ class Session:
         self._torn = loaded.torn
         self._offsets = loaded.offsets  # byte offset of each loaded message's line
         self._tokens: list[int | None] = [None] * len(loaded.messages)
+        self._bounds: list[int | None] = [None] * len(loaded.messages)
 
     @property
     def unconsolidated(self) -> int:
@@ -86,6 +93,15 @@ class Session:
         cached = self._tokens[slot]
         if cached is None:
             cached = self._tokens[slot] = counter.count_message(self.messages[index])
+        return cached
+
+    def bound(self, index: int, counter: Bounder) -> int:
+        """Upper bound of message `index`'s token count (`counter.at_most_message`), computed
+        once: every turn's history window and consolidation check add these up again."""
+        slot = index - self.messages.base if index >= 0 else index
+        cached = self._bounds[slot]
+        if cached is None:
+            cached = self._bounds[slot] = counter.at_most_message(self.messages[index])
         return cached
 
     def tokens_between(self, start: int, end: int, counter: Counter) -> int:
@@ -105,6 +121,7 @@ class Session:
                 self.messages.append(record)
                 self._offsets.append(offset)
                 self._tokens.append(None)
+                self._bounds.append(None)
         self._size = size
         self._torn = False
 

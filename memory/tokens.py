@@ -139,6 +139,9 @@ def _build(name: str) -> tiktoken.Encoding:
     return encoding
 
 
+_TOOL_LISTS = 16  # tool-schema lists whose bound is remembered (one per scope in use)
+
+
 class TokenCounter:
     """Counts tokens of texts and chat messages with the model's encoding.
 
@@ -150,6 +153,9 @@ class TokenCounter:
     def __init__(self, model: str) -> None:
         self.encoding_name = encoding_name_for(model)
         self._encoding: tiktoken.Encoding | None = None
+        # Bounds of the last few tool-schema lists, by identity: a scope's list is built once
+        # and only read (gateway.tools.ToolRegistry.schemas), and goes with every request.
+        self._tool_bounds: dict[int, tuple[list[dict[str, Any]], int]] = {}
         if seed_cache(self.encoding_name) is None:
             # No verified copy on disk: tiktoken must download it. Try now, so that a machine
             # that cannot get the vocabulary fails at start rather than at the first message.
@@ -203,8 +209,18 @@ class TokenCounter:
         return utf8_length(message_text(message)) + MESSAGE_OVERHEAD + image_tokens(message)
 
     def at_most_tools(self, tools: list[dict[str, Any]]) -> int:
-        """An upper bound of `count_tools(tools)`."""
-        return utf8_length(json.dumps(tools, ensure_ascii=False)) if tools else 0
+        """An upper bound of `count_tools(tools)`; a list seen lately is not measured again, so
+        a list must not change once it has been measured."""
+        if not tools:
+            return 0
+        seen = self._tool_bounds.get(id(tools))
+        if seen is not None and seen[0] is tools:  # the entry keeps the list, so the id is its
+            return seen[1]
+        bound = utf8_length(json.dumps(tools, ensure_ascii=False))
+        if len(self._tool_bounds) >= _TOOL_LISTS:
+            self._tool_bounds.clear()
+        self._tool_bounds[id(tools)] = (tools, bound)
+        return bound
 
 
 def utf8_length(text: str) -> int:

@@ -47,12 +47,14 @@ class WorkQueue(Generic[J]):
         self._idle = asyncio.Event()
         self._idle.set()
         self._changed = asyncio.Condition()
+        self.queued = 0  # jobs taken since start
 
     def put(self, job: J) -> bool:
         """Queue `job` unless a job with its ident is already queued or running."""
         if job.ident in self._pending:
             return False
         self._pending.add(job.ident)
+        self.queued += 1
         self._idle.clear()
         self._queue.put_nowait(job)
         return True

@@ -116,6 +116,51 @@ async def test_consolidation_compacts_a_huge_memory_file_keeping_its_facts(
         )
 
 
+async def test_an_oversized_memory_file_is_compacted_after_a_turn_with_nothing_else_due(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """MEMORY.md over max_memory_tokens in a small chat (no message due, the prompt far from the
+    budget): the turn's queued job compacts it, keeping its facts."""
+    facts = [f"- Distinct fact number {i}." for i in range(3)]
+    lines = ["# Long-term Memory", "", *facts, *["- The user once mentioned a detail."] * 300]
+    async with make_runtime({"memory": {"max_memory_tokens": 256}}) as runtime:
+        runtime.memory.memory_md.write_text("\n".join(lines) + "\n")
+        assert await runtime.agent.handle(inbound("hello"))
+        await runtime.consolidator.wait_idle()
+        memory = runtime.memory.read_memory()
+        assert runtime.counter.count(memory) <= 256
+        assert all(fact in memory for fact in facts)
+        assert any(is_compaction(r) for r in fake_llm.requests)
+        assert not fake_llm.consolidation_requests()
+
+
+async def test_a_turn_queues_a_consolidation_job_only_when_it_may_have_work(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """Turns with no message due and MEMORY.md within max_memory_tokens queue no job. A
+    MEMORY.md over the limit in bytes but within it in tokens is counted by one job, and not
+    again until it changes."""
+    async with make_runtime({"memory": {"max_memory_tokens": 256}}) as runtime:
+        runtime.memory.memory_md.write_text("# Long-term Memory\n\n- The user likes tea.\n")
+        for number in range(3):
+            assert await runtime.agent.handle(inbound(f"hello {number}"))
+        assert runtime.consolidator.jobs_queued == 0
+        runtime.memory.memory_md.write_text("# Long-term Memory\n\n" + "- word " * 100 + "\n")
+        assert runtime.memory.memory_md.stat().st_size > 256
+        assert runtime.counter.count(runtime.memory.read_memory()) <= 256
+        for number in range(3):
+            assert await runtime.agent.handle(inbound(f"again {number}"))
+            await runtime.consolidator.wait_idle()
+        assert runtime.consolidator.jobs_queued == 1
+        with runtime.memory.memory_md.open("a") as memory:
+            memory.write("- one more\n")
+        assert await runtime.agent.handle(inbound("after an edit"))
+        assert runtime.consolidator.jobs_queued == 2
+        await runtime.consolidator.wait_idle()
+        assert not fake_llm.consolidation_requests()
+        assert not any(is_compaction(r) for r in fake_llm.requests)
+
+
 @pytest.mark.parametrize("name", ["USER.md", "daily note"])
 async def test_an_oversized_bootstrap_file_or_daily_note_is_cut_not_fatal(
     name: str,

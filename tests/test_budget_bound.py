@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 from datetime import UTC
@@ -239,3 +240,18 @@ async def test_a_consolidation_that_fits_by_bytes_builds_no_vocabulary(
         assert session.last_consolidated > 0
         assert session.messages[session.last_consolidated]["role"] == "user"
         assert not runtime.counter.loaded
+
+
+def test_remembered_bounds_are_those_of_the_message_and_of_the_tool_list_asked_about() -> None:
+    """A session keeps each message's bound and the counter each tool list's: asked again, the
+    same figures; another list (a scope with other tools) gets its own."""
+    said = [{"role": "user", "content": "hello " * n} for n in (1, 50, 3)]
+    session = _session(said)
+    for _ in range(2):
+        assert [session.bound(i, COUNTER) for i in range(3)] == [
+            COUNTER.at_most_message(m) for m in session.messages
+        ]
+    counter = TokenCounter("gpt-4o-mini")
+    more = [*_TOOLS, {"type": "function", "function": {"name": "write_file"}}]
+    for tools in (_TOOLS, more, _TOOLS, more):
+        assert counter.at_most_tools(tools) == len(json.dumps(tools, ensure_ascii=False))
