@@ -97,7 +97,6 @@ def load(args: argparse.Namespace) -> Config:
 def cmd_chat(args: argparse.Namespace) -> int:
     with collector_paused():
         from channels.terminal import Printer, TerminalChannel
-        from gateway.app import open_runtime
 
     path = config_path(args)
     if not explicit_path(args) and not llm_configured(path):
@@ -157,6 +156,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 remote_handler(socket), "attached to the running service", remote_owed
             )
         require_api_key(config)
+        # Only a chat in this process needs the agent, the memory and the model's SDK: attached
+        # to the service, none of them is imported.
+        with collector_paused():
+            from gateway.app import open_runtime
         async with open_runtime(config) as runtime:
 
             async def local_owed() -> list[str]:

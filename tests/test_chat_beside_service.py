@@ -33,9 +33,11 @@ async def test_chat_is_answered_by_the_running_service(
         assert stat.S_IMODE(socket.stat().st_mode) == 0o600
         fake_llm.push(text("Answered by the service."))
         code, out, err = await memgate(
-            "chat", "--config", str(config), "-m", "hello", home=tmp_path
+            "chat", "--config", str(config), "-m", "hello", home=tmp_path, env=IMPORT_TIMES
         )
         assert (code, out.strip()) == (0, "Answered by the service."), err
+        # Attached, the terminal needs neither the agent nor the model's SDK (a quick start).
+        assert "gateway.agent" not in imported(err) and "openai" not in imported(err)
         assert len(fake_llm.chat_requests()) == 1
         session = tmp_path / "workspace" / "sessions" / "terminal:local.jsonl"
         turns = [json.loads(line) for line in session.read_text().splitlines()]
@@ -46,8 +48,23 @@ async def test_chat_is_answered_by_the_running_service(
     assert not socket.exists()
     code, out, _ = await memgate("status", "--config", str(config), home=tmp_path)
     assert "service:    not running" in out
-    code, out, err = await memgate("chat", "--config", str(config), "-m", "alone", home=tmp_path)
-    assert (code, out.strip()) == (0, "echo: alone"), err  # in-process, as before
+    code, out, err = await memgate(
+        "chat", "--config", str(config), "-m", "alone", home=tmp_path, env=IMPORT_TIMES
+    )
+    assert (code, out.strip()) == (0, "echo: alone"), err.splitlines()[-5:]  # in-process
+    assert "openai" in imported(err)
+
+
+IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}  # each import on stderr, as `python -X importtime`
+
+
+def imported(stderr: str) -> set[str]:
+    """The modules a process run with IMPORT_TIMES imported."""
+    return {
+        line.rpartition("|")[2].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:")
+    }
 
 
 class Terminal:
