@@ -76,7 +76,13 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "runs from spawning the console script to the reply on its stdout, and to its exit. "
         "nanobot builds its tokenizer's vocabulary (cl100k_base) during the first turn; memgate "
         "builds its own (o200k_base) only when a prompt may not fit its budget by bytes, which "
-        "this one-line chat never reaches.",
+        "this one-line chat never reaches. memgate's in-process chat imports the openai SDK, "
+        "which alone takes about 0.45-0.6 s to import on this machine (`python -X importtime -c "
+        "'import openai'`: its package imports every `openai.types` module). The attached row "
+        "is `memgate chat -m` while `memgate run` serves the same workspace (its Telegram channel "
+        "on the test fake, in a process of its own): the terminal then talks to the service's "
+        "agent over its control socket and imports neither the agent nor the SDK; nanobot has "
+        "no such mode.",
         f"- e: the driver process first imports what the system's gateway command imports with "
         f"its Telegram channel (memgate: its CLI, `gateway.service` and `channels.telegram`; "
         f"nanobot: its CLI and `nanobot.channels.telegram`), so python-telegram-bot counts for "

@@ -8,15 +8,19 @@ wall time from spawning the console script to the reply appearing on its stdout,
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from bench.configs import memgate_config, nanobot_config
 from bench.runner import Bench, System
 from bench.stats import Row
+from bench.venvs import REPO
+from tests.fakes.telegram_api import TOKEN as TELEGRAM_TOKEN
 
 MESSAGE = "hello from the benchmark"
 
@@ -73,6 +77,7 @@ def startup(bench: Bench, systems: list[System], runs: int) -> list[Row]:
             reply, ended = _time_once(commands[system.name], bench)
             first[system.name].append(reply * 1000)
             exit_[system.name].append(ended * 1000)
+    attached = _attached(bench, systems, commands, runs) if "memgate" in commands else []
     return [
         Row(
             "d.first",
@@ -84,4 +89,72 @@ def startup(bench: Bench, systems: list[System], runs: int) -> list[Row]:
             0,
         ),
         Row("d.exit", "d", "process start to exit", "ms", exit_["memgate"], exit_["nanobot"], 0),
+        Row(
+            "d.attached",
+            "d",
+            "process start to first reply, attached to a running `memgate run`",
+            "ms",
+            attached,
+            [],
+            0,
+        ),
     ]
+
+
+def _attached(
+    bench: Bench, systems: list[System], commands: dict[str, list[str]], runs: int
+) -> list[float]:
+    """`memgate chat -m` beside a running service (its Telegram channel on the test fake, in a
+    process of its own), which answers through the service's agent: ms to the reply per run."""
+    memgate = next(s for s in systems if s.name == "memgate")
+    root = Path(commands["memgate"][-1]).parent
+    config = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    telegram = subprocess.Popen(
+        [str(memgate.python), "-m", "tests.fakes.telegram_api", "--port", str(port)],
+        cwd=REPO,
+        env=bench.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    processes: list[subprocess.Popen[Any]] = [telegram]
+    try:
+        assert telegram.stdout is not None
+        telegram.stdout.readline()  # its "listening" line
+        config["channels"] = {
+            "telegram": {
+                "enabled": True,
+                "token": TELEGRAM_TOKEN,
+                "base_url": f"http://127.0.0.1:{port}/bot",
+                "allow_from": ["1"],
+            }
+        }
+        path = root / "attached.yaml"
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        service = subprocess.Popen(
+            [str(memgate.cli), "run", "--config", str(path)],
+            env=bench.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        processes.append(service)
+        socket_file = Path(config["state_dir"]) / "control.sock"
+        deadline = time.monotonic() + 60
+        while not socket_file.exists():
+            if service.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("memgate run did not open its control socket")
+            time.sleep(0.05)
+        command = [*commands["memgate"][:-1], str(path)]
+        _time_once(command, bench)  # untimed, as the others
+        times = []
+        for number in range(runs):
+            print(f"  startup memgate attached run {number + 1}/{runs}", flush=True)
+            times.append(_time_once(command, bench)[0] * 1000)
+        return times
+    finally:
+        for process in reversed(processes):  # the service first, while Telegram still answers
+            process.terminate()
+            process.wait(30)
