@@ -201,12 +201,14 @@ class LiveReply:
         """`finish` with the reply's text: a channel's send for a reply that was shown."""
         return await self.finish(reply.text)
 
-    async def finish(self, text: str | None) -> bool:
+    async def finish(
+        self, text: str | None, *, progress: Callable[[int], None] | None = None
+    ) -> bool:
         """Put the whole reply in place of what was shown; True when all of it went out.
 
         Parts already sent as finished messages are not sent again when the reply begins with
         them. With no reply (a turn stopped before it wrote anything), a message left showing a
-        tool note is marked stopped.
+        tool note is marked stopped. `progress(n)`: the first n parts are out, but the last.
         """
         if text is None:
             if self._current is not None:
@@ -220,6 +222,8 @@ class LiveReply:
             done = 0
         self._finished = []
         sent = True
-        for part in parts[done:]:
-            sent = await self._commit(part) and sent
+        for index in range(done, len(parts)):
+            if progress is not None and index > 0:
+                progress(index)  # parts before `index` are out: a restart sends from here
+            sent = await self._commit(parts[index]) and sent
         return sent

@@ -15,6 +15,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -400,16 +401,32 @@ class TelegramChannel:
                 reply = replace(reply, metadata=meta)
             if inbound.is_group and reply.reply_to is None:
                 reply = replace(reply, reply_to=inbound.message_id)
-        send = self._delivery.send_pieces
+        send = self._pieces_of(update_id)
         if live is not None:
             shown = live
 
             async def send(message: OutboundMessage) -> bool:
-                return await self._delivery.finish_live(shown, target.chat_id, message)
+                return await self._delivery.finish_live(
+                    shown, target.chat_id, message, **self._progress_of(update_id)
+                )
 
             if reply is None:
                 await self._delivery.finish_live(live, target.chat_id, None)
         await settle(reply, lambda: self._finish(update_id), send)
+
+    def _pieces_of(self, update_id: int) -> Callable[[OutboundMessage], Awaitable[bool]]:
+        """Sends the answer to `update_id` part by part, noting each part in the inbox: after a
+        kill between two parts, the replayed update sends only those not yet out."""
+        return partial(self._delivery.send_pieces, **self._progress_of(update_id))
+
+    def _progress_of(self, update_id: int) -> dict[str, Any]:
+        inbox = self._inbox
+        if inbox is None:
+            return {}
+        return {
+            "skip": inbox.pieces_sent(update_id),
+            "progress": partial(inbox.piece_sent, update_id),
+        }
 
     # -- sending ----------------------------------------------------------------------------------
     async def send(self, message: OutboundMessage) -> bool:

@@ -24,7 +24,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from channels.live import LiveReply, Pacer
-from channels.telegram_html import Piece, markdown_parts, render_part, render_pieces
+from channels.telegram_html import Piece, markdown_parts, render_part
 from gateway.bus import OutboundMessage
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,24 @@ class TelegramDelivery:
         return LiveReply(surface, drafts=private and target.chat_id not in self._no_drafts)
 
     async def finish_live(
-        self, live: LiveReply, chat_id: int, message: OutboundMessage | None
+        self,
+        live: LiveReply,
+        chat_id: int,
+        message: OutboundMessage | None,
+        *,
+        skip: int = 0,
+        progress: Callable[[int], None] | None = None,
     ) -> bool:
         """Put the whole reply where it was shown (a reply nothing was shown of goes out as any
-        reply); True when all of it went out."""
+        reply, see `send_pieces` for `skip` and `progress`); True when all of it went out."""
         if live.untouched:
-            return await self.send_pieces(message) if message is not None else True
+            if message is None:
+                return True
+            return await self.send_pieces(message, skip=skip, progress=progress)
         # Like a reply's pieces, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
-            return await live.finish(message.text if message is not None else None)
+            text = message.text if message is not None else None
+            return await live.finish(text, progress=progress)
 
     async def live_turn(self, chat_id: int, *, wait: bool) -> bool:
         """Whether a live reply may call Telegram for `chat_id` now: at most one call a second
@@ -85,10 +94,19 @@ class TelegramDelivery:
         self._flood_until = asyncio.get_running_loop().time() + seconds
         log.warning("telegram flood control chat_id=%s retry_after=%s", chat_id, seconds)
 
-    async def send_pieces(self, message: OutboundMessage) -> bool:
+    async def send_pieces(
+        self,
+        message: OutboundMessage,
+        *,
+        skip: int = 0,
+        progress: Callable[[int], None] | None = None,
+    ) -> bool:
         """Send a reply as HTML pieces within Telegram's limit; True when every piece went out.
 
-        Failures are logged, not raised."""
+        The reply's Markdown parts (`markdown_parts`, as a live reply finishes them) go out in
+        order, each as one piece or more. The first `skip` parts are left out (they went out
+        before a restart); of a reply in several parts, `progress(n)` hears when the first n are
+        done with (taken, or refused for good), but the last. Failures are logged, not raised."""
         try:
             chat_id = int(message.chat_id)
             thread = message.metadata.get("thread_id")
@@ -101,13 +119,18 @@ class TelegramDelivery:
         if bot is None:
             log.warning("telegram send while not running chat_id=%s", chat_id)
             return False
-        pieces = await asyncio.to_thread(render_pieces, message.text)  # scrubbed by OutboundMessage
+        parts = await asyncio.to_thread(rendered_parts, message.text)  # scrubbed by OutboundMessage
         sent = True
         # One reply's pieces go out together, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
-            for index, piece in enumerate(pieces):
-                reply = reply_to if index == 0 else None
-                sent = await self._send_piece(bot, chat_id, piece, thread_id, reply) and sent
+            for index, pieces in enumerate(parts):
+                if index < skip:
+                    continue
+                for number, piece in enumerate(pieces):
+                    reply = reply_to if index == number == 0 else None
+                    sent = await self._send_piece(bot, chat_id, piece, thread_id, reply) and sent
+                if progress is not None and index + 1 < len(parts):
+                    progress(index + 1)
         return sent
 
     async def _send_piece(
@@ -201,6 +224,11 @@ class TelegramDelivery:
             except TelegramError as exc:
                 log.debug("telegram typing failed chat_id=%s error=%s", target.chat_id, exc)
             await asyncio.sleep(TYPING_EVERY)
+
+
+def rendered_parts(text: str) -> list[list[Piece]]:
+    """`text`'s Markdown parts, each rendered as the pieces it is sent as (`render_pieces`)."""
+    return [render_part(part) for part in markdown_parts(text)]
 
 
 class _LiveSurface:

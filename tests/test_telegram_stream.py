@@ -12,7 +12,8 @@ from channels.telegram import TelegramChannel
 from channels.telegram_html import render_html
 from gateway.app import Runtime
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.fakes.telegram_api import FakeTelegram, parse_html
+from tests.fakes.telegram_api import Call, FakeTelegram, parse_html
+from tests.resilience.harness import until
 from tests.test_telegram import make_channel, running
 
 pytestmark = [
@@ -178,3 +179,52 @@ async def test_streaming_off_sends_the_reply_whole(
         await fake_telegram.wait_sent(1)
     assert fake_telegram.drafts() == [] and fake_telegram.calls_to("editMessageText") == []
     assert "stream" not in fake_llm.chat_requests()[0]
+
+
+@pytest.mark.parametrize("streaming", ["on", "off"])
+async def test_a_reply_in_two_parts_notes_the_first_in_the_inbox_before_the_second(
+    streaming: str, fake_telegram: FakeTelegram, fake_llm: FakeLLM, runtime: Runtime
+) -> None:
+    """A DM reply (streamed in drafts, or sent whole) ends as two messages; before the second
+    goes out the inbox notes the first as out, so a kill between them would send only the
+    second again."""
+    paragraph = "A sentence of a long answer that goes on and on for a while. " * 50
+    fake_llm.stream_rate = 1000
+    fake_llm.push(text(f"{paragraph.strip()}\n\n{paragraph.strip()}"))
+    noted_before_second: list[bool] = []
+
+    def on_call(call: Call) -> None:
+        if call.method == "sendMessage" and fake_telegram.sent(42):  # the second message
+            noted_before_second.append({"sent": 1000, "pieces": 1} in journal(runtime))
+
+    fake_telegram.on_call = on_call
+    async with running(channel_for(fake_telegram, runtime, streaming=streaming)):
+        fake_telegram.message("write a lot")
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent(42)) == 2, within=30)
+    assert bool(fake_telegram.drafts(42)) == (streaming == "on")
+    assert noted_before_second == [True]
+    assert journal(runtime)[-1] == {"done": 1000}
+
+
+async def test_a_group_reply_finished_in_place_notes_the_parts_already_out(
+    fake_telegram: FakeTelegram, fake_llm: FakeLLM, runtime: Runtime
+) -> None:
+    """A long group reply streams into messages, finishing each part as the next begins; when the
+    answer is finished in place, the inbox first notes the parts already out, so a restart
+    before the last part is in would send only that."""
+    paragraph = "A sentence of a long answer that goes on and on for a while. " * 6
+    answer = "\n\n".join([paragraph.strip()] * 30)[:9000].rstrip()
+    fake_llm.stream_rate = 1000
+    fake_llm.push(text(answer))
+    async with running(channel_for(fake_telegram, runtime, group_policy="open")):
+        fake_telegram.message("write a lot", chat_id=GROUP)
+        await until(lambda: {"done": 1000} in journal(runtime), 30, "the inbox's done line")
+    assert len(fake_telegram.sent(GROUP)) == 3
+    lines = journal(runtime)
+    assert lines.index({"sent": 1000, "pieces": 2}) < lines.index({"done": 1000})
+
+
+def journal(runtime: Runtime) -> list[dict[str, object]]:
+    """The Telegram inbox's lines (the channel's state folder beside the workspace)."""
+    path = runtime.config.workspace.parent / "state" / "telegram-123456789-inbox.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -152,6 +152,7 @@ class FakeTelegram:
     penalty_until: float = 0.0
     penalty_violations: int = 0
     drafts_refused: bool = False  # as a Bot API server older than 9.3 answers sendMessageDraft
+    on_call: Callable[[Call], None] | None = None  # a test's look at the world as each call arrives
     # The bot's messages as they stand now, per chat: message_id -> {"plain", "html", ...}.
     chats: dict[int, dict[int, Json]] = field(default_factory=dict)
     _update_ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -225,13 +226,19 @@ class FakeTelegram:
         return info
 
     @contextlib.contextmanager
-    def sends_unanswered(self) -> Iterator[asyncio.Event]:
-        """Inside the block sendMessage never answers and makes no message (for a kill between
-        storing an answer and Telegram taking it); the event is set when one arrives."""
+    def sends_unanswered(self, after: int = 0) -> Iterator[asyncio.Event]:
+        """Inside the block, past the first `after` sendMessage calls (served as usual),
+        sendMessage never answers and makes no message (for a kill between storing an answer and
+        Telegram taking it, or between two pieces); the event is set when one arrives."""
         serve = self._api_sendMessage
         arrived = asyncio.Event()
+        served = 0
 
-        async def never_answer(params: Json) -> Json:
+        async def never_answer(params: Json) -> Json | web.Response:
+            nonlocal served
+            if served < after:
+                served += 1
+                return await serve(params)
             arrived.set()
             await asyncio.Event().wait()  # the kill comes first
             raise AssertionError("unreachable: the wait above never ends")
@@ -325,6 +332,8 @@ class FakeTelegram:
         params = await self._params(request)
         call = Call(method, params)
         self.calls.append(call)
+        if self.on_call is not None:
+            self.on_call(call)
         _CALL.set(call)  # this request's own task: a method that made its message marks it taken
         try:
             failure = self._failure(method, params)

@@ -126,3 +126,27 @@ async def test_a_kill_between_storing_and_sending_an_answer_sends_it_after_resta
     await gateway.stop()
     assert _answers(fake_telegram, "the owed answer") == 1
     assert len(fake_llm.chat_requests()) == 2  # the owed answer was not asked for again
+
+
+@pytest.mark.timeout(90)
+async def test_a_kill_between_two_pieces_of_an_answer_sends_only_the_rest_after_restart(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """An answer too long for one Telegram message, cut by a kill after its first piece was
+    taken: after the restart the second piece is sent, and the first is not sent again."""
+    first, second = "a" * 3000, "b" * 3000
+    gateway = make_gateway()
+    await gateway.start()
+    with fake_telegram.sends_unanswered(after=1) as arrived:
+        fake_llm.push(text(f"{first}\n\n{second}"), match=_chat)
+        fake_telegram.message("tell me everything")
+        await asyncio.wait_for(arrived.wait(), 20)
+        assert _answers(fake_telegram, first) == 1
+        await gateway.kill()
+    await gateway.start()
+    await until(lambda: _answers(fake_telegram, second) == 1, 30, "the second piece")
+    fake_telegram.message("and now?")
+    await until(lambda: _answers(fake_telegram, "echo: and now?") == 1, 30, "the next answer")
+    await gateway.stop()
+    assert (_answers(fake_telegram, first), _answers(fake_telegram, second)) == (1, 1)
+    assert len(fake_llm.chat_requests()) == 2  # the stored answer was not asked for again
