@@ -101,7 +101,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     path = config_path(args)
     if not explicit_path(args) and not llm_configured(path):
         first_run(path)
-    config = load_config(path, must_exist=explicit_path(args))
+    config = load_config(path, must_exist=explicit_path(args), runs_channels=False)
     debug = args.verbose or args.debug
     configure_logging("DEBUG" if debug else "WARNING", config.secrets())
     if not debug:
@@ -197,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from gateway.status import describe, describe_live
 
-    config = load(args)
+    config = load_config(config_path(args), must_exist=explicit_path(args), runs_channels=False)
     print(describe(config))
     # Offline and fast: a service that does not answer at once is reported as not running.
     live = asyncio.run(request(socket_path(config.state_dir), {"op": "status"}))

@@ -100,10 +100,13 @@ def parse_config(
     env: dict[str, str] | None = None,
     *,
     secret_stand_in: str | None = None,
+    runs_channels: bool = True,
 ) -> Config:
     """Validate an already-parsed YAML mapping; errors name `path`, the key and the value.
 
-    `secret_stand_in` replaces secrets whose variable is unset, for commands that never use them."""
+    `secret_stand_in` replaces secrets whose variable is unset, for commands that never use them.
+    Without `runs_channels` (`chat`, `status`: commands that connect to no platform), an enabled
+    channel may lack its token: a shell without the service's environment can still use them."""
     missing: dict[str, str] = {}
     raw = {"state_dir": str(default_state_dir()), **raw}
     env = dict(os.environ) if env is None else env
@@ -124,7 +127,7 @@ def parse_config(
             f"{path}: {key or '(top level)'}{shown}: {message}", path=str(path), key=key
         ) from None
     for key, var in missing.items():
-        if _in_disabled_channel(config, key):
+        if _in_disabled_channel(config, key) or (not runs_channels and key.startswith("channels.")):
             continue
         raise ConfigError(
             f"{path}: {key} = '${{{var}}}': environment variable {var} is not set "
@@ -132,7 +135,7 @@ def parse_config(
             path=str(path),
             key=key,
         )
-    _check_relations(config, path)
+    _check_relations(config, path, runs_channels)
     return config
 
 
@@ -141,7 +144,7 @@ def _under_secret_map(loc: tuple[Any, ...]) -> bool:
     return any(part in ("headers", "env") for part in loc[:-1])
 
 
-def _check_relations(config: Config, path: Path) -> None:
+def _check_relations(config: Config, path: Path, runs_channels: bool = True) -> None:
     """Rules that involve more than one key, reported on the key a person would change."""
 
     def fail(key: str, value: Any, message: str) -> None:
@@ -169,7 +172,7 @@ def _check_relations(config: Config, path: Path) -> None:
         fail("memory.embeddings.vector_weight", 0, "and keyword_weight cannot both be 0")
     for name, var in (("telegram", "TELEGRAM_BOT_TOKEN"), ("discord", "DISCORD_BOT_TOKEN")):
         channel = getattr(config.channels, name)
-        if channel.enabled and not channel.token:
+        if channel.enabled and not channel.token and runs_channels:
             fail(f"channels.{name}.token", "", f"required when the channel is enabled (set {var})")
         if channel.dm_policy == "open" and "*" not in channel.allow_from:
             fail(
@@ -219,16 +222,21 @@ def load_config(
     *,
     must_exist: bool = False,
     secret_stand_in: str | None = None,
+    runs_channels: bool = True,
 ) -> Config:
     """Read and validate the config file; a missing file gives the defaults unless `must_exist`.
 
-    `secret_stand_in`: see parse_config."""
+    `secret_stand_in`, `runs_channels`: see parse_config."""
     path = (path or default_config_path()).expanduser()
     if must_exist and not path.exists():
         raise ConfigError(f"{path}: no such config file", path=str(path))
     if not path.exists():
         return parse_config(
-            {"workspace": str(default_workspace())}, path, env, secret_stand_in=secret_stand_in
+            {"workspace": str(default_workspace())},
+            path,
+            env,
+            secret_stand_in=secret_stand_in,
+            runs_channels=runs_channels,
         )
     try:
         text = path.read_text(encoding="utf-8")
@@ -246,7 +254,9 @@ def load_config(
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
     raw.setdefault("workspace", str(default_workspace()))
-    return parse_config(raw, path, env, secret_stand_in=secret_stand_in)
+    return parse_config(
+        raw, path, env, secret_stand_in=secret_stand_in, runs_channels=runs_channels
+    )
 
 
 def write_private(path: Path, text: str) -> None:

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from memory.fileio import atomic_write
 from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM
@@ -38,6 +40,26 @@ async def test_an_empty_key_is_fine_for_a_local_server(tmp_path: Path, fake_llm:
     )
     code, out, err = await memgate("--config", str(config), "chat", "-m", "hi", home=tmp_path)
     assert (code, out.strip()) == (0, "echo: hi"), err
+
+
+async def test_chat_and_status_need_no_channel_token_but_run_does(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell without the service's environment (the bot token in its env file): `chat` and
+    `status` work, `status` showing the token unset; `run` exits 78 naming the variable."""
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    config = write(
+        tmp_path / "config.yaml",
+        f"workspace: {tmp_path / 'ws'}\nllm:\n  base_url: {fake_llm.url}\n  max_retries: 0\n"
+        "channels:\n  telegram:\n    enabled: true\n    token: ${TELEGRAM_BOT_TOKEN}\n"
+        "    allow_from: ['42']\n",
+    )
+    code, out, err = await memgate("--config", str(config), "chat", "-m", "hi", home=tmp_path)
+    assert (code, out.strip()) == (0, "echo: hi"), err
+    code, out, err = await memgate("--config", str(config), "status", home=tmp_path)
+    assert code == 0 and "telegram: enabled (token (not set)" in out, err
+    code, _, err = await memgate("--config", str(config), "run", home=tmp_path)
+    assert code == 78 and "TELEGRAM_BOT_TOKEN" in err and err.count("\n") == 1
 
 
 async def test_config_before_or_after_the_command_is_the_same(tmp_path: Path) -> None:
