@@ -6,11 +6,11 @@ It imports no chat SDK, and of ours only memory.fileio and gateway.bus.
 The file holds one JSON object per line, each appended with a single `os.write` on an O_APPEND
 descriptor: `{"update": {...}}` when an entry arrives (a JSON object whose `id_field` is an integer
 that grows with arrival, such as Telegram's update_id or a Discord snowflake), `{"done": id}` once
-it has been handled or refused, and `{"sent": id, "pieces": n}` when the first n pieces of a long
-answer to it have gone out (a replay then sends only the rest). Arrivals are fsynced by group commit: the first `append` of an
-event-loop iteration schedules one fsync at the end of that iteration, covering every line written
-in it (outside a loop, each append is synced at once). A done line is not synced: losing one costs
-a replay, which the agent recognises. At start `open()` returns the entries without a done line,
+it has been handled or refused, and `{"sent": id, "parts": n}` once the first n parts of a long
+answer to it are out (a replay then sends only the rest). Arrivals are fsynced by group commit: the
+first `append` of an event-loop iteration schedules one fsync at the end of that iteration,
+covering every line written in it (outside a loop, each append is synced at once). Done and sent
+lines are not synced: losing one costs a replay (or a part sent again), which the agent recognises. At start `open()` returns the entries without a done line,
 oldest first, and rewrites the file with only those.
 
 Nothing is ever dropped for having been replayed often: under load, or while something else
@@ -48,7 +48,7 @@ class Inbox:
         self.label = label  # names the channel in log lines
         self._fd: int | None = None
         self._pending: set[int] = set()
-        self._pieces: dict[int, int] = {}  # pieces of an answer sent, by pending entry
+        self._parts: dict[int, int] = {}  # parts of an answer out, by pending entry
         self._size = 0
         self._torn = False  # the last write was cut short: the next line starts on a new one
         self._sync_scheduled = False
@@ -61,9 +61,9 @@ class Inbox:
         """
         if self._fd is not None:
             raise RuntimeError("Inbox.open() was already called")
-        entries, pieces = self._read()
+        entries, parts = self._read()
         kept = [update for _, update in sorted(entries.items())]
-        self._pieces = {key: count for key, count in pieces.items() if key in entries}
+        self._parts = {key: count for key, count in parts.items() if key in entries}
         ensure_private_dir(self.path.parent)
         self._rewrite(kept)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
@@ -118,23 +118,23 @@ class Inbox:
         except OSError as exc:
             log.warning("%s inbox could not sync path=%s error=%s", self.label, self.path, exc)
 
-    def pieces_sent(self, update_id: int) -> int:
-        """How many pieces of the answer to this update went out before a restart."""
-        return self._pieces.get(update_id, 0)
+    def parts_sent(self, update_id: int) -> int:
+        """How many parts of the answer to this update went out before a restart."""
+        return self._parts.get(update_id, 0)
 
-    def piece_sent(self, update_id: int, pieces: int) -> None:
-        """The first `pieces` pieces of the answer to this update are out (taken, or refused for
+    def part_sent(self, update_id: int, parts: int) -> None:
+        """The first `parts` parts of the answer to this update are out (taken, or refused for
         good): a replay sends the others only. Written, not synced, as a done line."""
         if update_id in self._pending:
-            self._pieces[update_id] = pieces
-            self._write({"sent": update_id, "pieces": pieces})
+            self._parts[update_id] = parts
+            self._write({"sent": update_id, "parts": parts})
 
     def finish(self, update_id: int) -> None:
         """The update needs no replay: handled, refused or ignored. Repeats are no-ops."""
         if update_id not in self._pending:
             return
         self._pending.discard(update_id)
-        self._pieces.pop(update_id, None)
+        self._parts.pop(update_id, None)
         self._write({"done": update_id})
         if not self._pending and self._size > TRUNCATE_AT and self._fd is not None:
             # Nothing in it is needed any more; with O_APPEND the next line starts at 0.
@@ -165,13 +165,13 @@ class Inbox:
             log.warning("%s inbox write cut short path=%s", self.label, self.path)
 
     def _read(self) -> tuple[dict[int, Json], dict[int, int]]:
-        """The unfinished updates by id, and the pieces of an answer sent by id."""
+        """The unfinished updates by id, and the parts of an answer out by id."""
         entries: dict[int, Json] = {}
-        pieces: dict[int, int] = {}
+        parts: dict[int, int] = {}
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return entries, pieces
+            return entries, parts
         for number, line in enumerate(data.split(b"\n"), start=1):
             if not line.strip():
                 continue
@@ -180,7 +180,7 @@ class Inbox:
                 if "done" in record:
                     entries.pop(int(record["done"]), None)
                 elif "sent" in record:
-                    pieces[int(record["sent"])] = int(record["pieces"])
+                    parts[int(record["sent"])] = int(record["parts"])
                 else:
                     update = record["update"]
                     entries[int(update[self.id_field])] = update
@@ -192,7 +192,7 @@ class Inbox:
                     self.path,
                     number,
                 )
-        return entries, pieces
+        return entries, parts
 
     def _rewrite(self, kept: list[Json]) -> None:
         if not kept:
@@ -201,7 +201,7 @@ class Inbox:
                 os.truncate(self.path, 0)
             return
         records: list[Json] = [{"update": update} for update in kept]
-        records += [{"sent": key, "pieces": count} for key, count in self._pieces.items()]
+        records += [{"sent": key, "parts": count} for key, count in self._parts.items()]
         lines = [json.dumps(record, separators=(",", ":")) + "\n" for record in records]
         atomic_write(self.path, "".join(lines))
 

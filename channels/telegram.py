@@ -424,8 +424,8 @@ class TelegramChannel:
         if inbox is None:
             return {}
         return {
-            "skip": inbox.pieces_sent(update_id),
-            "progress": partial(inbox.piece_sent, update_id),
+            "skip": inbox.parts_sent(update_id),
+            "progress": partial(inbox.part_sent, update_id),
         }
 
     # -- sending ----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_unfinished_updates_are_replayed_in_order_and_the_file_compacted(tmp_pat
     assert path.read_bytes() == b""  # nothing pending: truncated
 
 
-def test_the_pieces_of_an_answer_sent_survive_restarts_until_the_entry_is_done(
+def test_the_parts_of_an_answer_sent_survive_restarts_until_the_entry_is_done(
     tmp_path: Path,
 ) -> None:
     """Parts of a long answer noted as out are known after any number of restarts (each one
@@ -58,14 +58,14 @@ def test_the_pieces_of_an_answer_sent_survive_restarts_until_the_entry_is_done(
     inbox.open()
     inbox.append(update(5))
     inbox.append(update(6))
-    inbox.piece_sent(5, 1)
-    inbox.piece_sent(5, 2)
-    inbox.piece_sent(7, 1)  # no such pending entry: nothing noted
+    inbox.part_sent(5, 1)
+    inbox.part_sent(5, 2)
+    inbox.part_sent(7, 1)  # no such pending entry: nothing noted
     inbox.close()
     for _ in range(2):
         again = Inbox(path)
         assert [u["update_id"] for u in again.open()] == [5, 6]
-        assert (again.pieces_sent(5), again.pieces_sent(6), again.pieces_sent(7)) == (2, 0, 0)
+        assert (again.parts_sent(5), again.parts_sent(6), again.parts_sent(7)) == (2, 0, 0)
         again.close()
     last = Inbox(path)
     last.open()
@@ -73,7 +73,7 @@ def test_the_pieces_of_an_answer_sent_survive_restarts_until_the_entry_is_done(
     last.close()
     final = Inbox(path)
     assert [u["update_id"] for u in final.open()] == [6]
-    assert final.pieces_sent(5) == 0
+    assert final.parts_sent(5) == 0
 
 
 def test_finishing_twice_writes_one_done_line(tmp_path: Path) -> None:

@@ -195,7 +195,7 @@ async def test_a_reply_in_two_parts_notes_the_first_in_the_inbox_before_the_seco
 
     def on_call(call: Call) -> None:
         if call.method == "sendMessage" and fake_telegram.sent(42):  # the second message
-            noted_before_second.append({"sent": 1000, "pieces": 1} in journal(runtime))
+            noted_before_second.append({"sent": 1000, "parts": 1} in journal(runtime))
 
     fake_telegram.on_call = on_call
     async with running(channel_for(fake_telegram, runtime, streaming=streaming)):
@@ -221,7 +221,7 @@ async def test_a_group_reply_finished_in_place_notes_the_parts_already_out(
         await until(lambda: {"done": 1000} in journal(runtime), 30, "the inbox's done line")
     assert len(fake_telegram.sent(GROUP)) == 3
     lines = journal(runtime)
-    assert lines.index({"sent": 1000, "pieces": 2}) < lines.index({"done": 1000})
+    assert lines.index({"sent": 1000, "parts": 2}) < lines.index({"done": 1000})
 
 
 def journal(runtime: Runtime) -> list[dict[str, object]]:
