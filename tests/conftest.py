@@ -25,6 +25,7 @@ from gateway.bus import InboundMessage
 from gateway.config import Config
 from gateway.config_file import parse_config
 from gateway.control import request
+from gateway.provider import OpenAIProvider
 from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
@@ -60,6 +61,16 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
         yield fake
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def provider(fake_llm: FakeLLM) -> AsyncIterator[OpenAIProvider]:
+    """The chat provider on the fake LLM, without retries."""
+    chat = OpenAIProvider(base_url=fake_llm.url, api_key="sk-test-key", model="m", max_retries=0)
+    try:
+        yield chat
+    finally:
+        await chat.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the typed errors the replies and the operator's log line are built from."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,15 +11,6 @@ from gateway.errors import LLMError, LLMRateLimitError, LLMStatusError
 from gateway.llm_types import ToolCall
 from gateway.provider import OpenAIProvider
 from tests.fakes.llm import FakeLLM, error, text, tool_call
-
-
-@pytest.fixture
-async def provider(fake_llm: FakeLLM) -> AsyncIterator[OpenAIProvider]:
-    chat = OpenAIProvider(base_url=fake_llm.url, api_key="sk-test-key", model="m", max_retries=0)
-    try:
-        yield chat
-    finally:
-        await chat.close()
 
 
 async def test_text_tool_calls_and_usage_are_read(

@@ -4,7 +4,6 @@ environment's proxy, and each way a call fails named as what it is (and retried 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,15 +14,6 @@ from tests.conftest import free_port
 from tests.fakes.llm import FakeLLM, drop, text
 
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-async def provider(fake_llm: FakeLLM) -> AsyncIterator[OpenAIProvider]:
-    chat = OpenAIProvider(base_url=fake_llm.url, api_key="sk-test-key", model="m", max_retries=0)
-    try:
-        yield chat
-    finally:
-        await chat.close()
 
 
 async def test_calls_one_after_another_share_one_connection(
