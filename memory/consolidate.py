@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,8 @@ class Job:
     key: str
     archived: Path | None = None
     system: str = ""  # the system prompt of the session's last turn, for the size rule
-    tools: tuple[dict[str, Any], ...] = ()  # its tool schemas, which every request carries too
+    # Its tool schemas, which every request carries too: the scope's own list, only read.
+    tools: list[dict[str, Any]] = field(default_factory=list)
     everything: bool = False  # consolidate all of it (archives, the CLI), not just what is due
 
 
@@ -123,18 +124,25 @@ class Consolidator:
             return  # a failing write path is not paid for on every turn
         if not self._may_be_due(session, system, tools) and not self._may_compact(session):
             return  # the job would find nothing to do: most turns queue none
-        self.enqueue(Job(session.key, session.key, system=system, tools=tuple(tools)))
+        self.enqueue(Job(session.key, session.key, system=system, tools=tools))
 
     def _may_be_due(self, session: Session, system: str, tools: list[dict[str, Any]]) -> bool:
         """Whether `_target` may find messages due: by the window rule, or by the size rule on
         upper bounds (kept per message by the session), under which exact counts are too."""
         trigger = self.settings.trigger
-        start, count = session.last_consolidated, len(session.messages)
-        if count - start >= trigger.window:
+        if len(session.messages) - session.last_consolidated >= trigger.window:
             return True
-        head = [{"role": "system", "content": system}] if system else []
-        history = sum(session.bound(i, self.counter) for i in range(start, count))
-        return trigger.may_fire(self.budget.at_most(head, tools) + history)
+        history, around = self._bounds(session, system, tools)
+        return trigger.may_fire(around + sum(history))
+
+    def _bounds(
+        self, session: Session, system: str, tools: list[dict[str, Any]]
+    ) -> tuple[list[int], int]:
+        """Upper bounds of the size rule's figures: each unconsolidated message, and the prompt
+        around them (the system prompt and the tool schemas)."""
+        start, count = session.last_consolidated, len(session.messages)
+        history = [session.bound(i, self.counter) for i in range(start, count)]
+        return history, self.budget.at_most(_head(system), tools)
 
     def _may_compact(self, session: Session) -> bool:
         return (
@@ -250,19 +258,15 @@ class Consolidator:
     def _target(self, session: Session, job: Job) -> int | None:
         start, count = session.last_consolidated, len(session.messages)
         trigger = self.settings.trigger
-        head = [{"role": "system", "content": job.system}] if job.system else []
         # Sizes matter only to the size rule, which `everything` does not ask. Upper bounds
         # (no tokenizer) go in where even they stay under it: the decision is the same.
         tokens: list[int] = []
         system_tokens = 0
         if not job.everything:
-            tokens = [session.bound(i, self.counter) for i in range(start, count)]
-            # The prompt around the history: the system prompt and the tool schemas.
-            tools = list(job.tools)
-            system_tokens = self.budget.at_most(head, tools)
+            tokens, system_tokens = self._bounds(session, job.system, job.tools)
             if trigger.may_fire(system_tokens + sum(tokens)):
                 tokens = [session.tokens(i, self.counter) for i in range(start, count)]
-                system_tokens = self.budget.size(head, tools)
+                system_tokens = self.budget.size(_head(job.system), job.tools)
         return chunking.target(
             session.messages,
             start,
@@ -378,3 +382,8 @@ class Consolidator:
             error,
         )
         return delay
+
+
+def _head(system: str) -> list[dict[str, Any]]:
+    """The system prompt as the one message before the history (none when empty)."""
+    return [{"role": "system", "content": system}] if system else []
