@@ -16,7 +16,7 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, Protocol
@@ -89,19 +89,18 @@ class Session:
 
     def tokens(self, index: int, counter: Counter) -> int:
         """Token count of message `index`, computed once."""
-        slot = index - self.messages.base if index >= 0 else index
-        cached = self._tokens[slot]
-        if cached is None:
-            cached = self._tokens[slot] = counter.count_message(self.messages[index])
-        return cached
+        return self._once(self._tokens, index, counter.count_message)
 
     def bound(self, index: int, counter: Bounder) -> int:
         """Upper bound of message `index`'s token count (`counter.at_most_message`), computed
         once: every turn's history window and consolidation check add these up again."""
+        return self._once(self._bounds, index, counter.at_most_message)
+
+    def _once(self, cache: list[int | None], index: int, measure: Callable[[Message], int]) -> int:
         slot = index - self.messages.base if index >= 0 else index
-        cached = self._bounds[slot]
+        cached = cache[slot]
         if cached is None:
-            cached = self._bounds[slot] = counter.at_most_message(self.messages[index])
+            cached = cache[slot] = measure(self.messages[index])
         return cached
 
     def tokens_between(self, start: int, end: int, counter: Counter) -> int:
