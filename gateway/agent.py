@@ -360,11 +360,7 @@ class AgentLoop:
                     f"instructions; the limit is {exc.limit}). It is kept; please send a "
                     "shorter one."
                 )
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": system},
-            *history,
-            current,
-        ]
+        messages: list[dict[str, Any]] = [head[0], *history, current]
         at = len(messages) - 1
         # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
         messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
