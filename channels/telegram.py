@@ -401,7 +401,11 @@ class TelegramChannel:
                 reply = replace(reply, metadata=meta)
             if inbound.is_group and reply.reply_to is None:
                 reply = replace(reply, reply_to=inbound.message_id)
-        send = self._pieces_of(update_id)
+        # Each part of the answer noted in the inbox as it goes: a replay after a kill between
+        # two parts sends only those not yet out.
+        send: Callable[[OutboundMessage], Awaitable[bool]] = partial(
+            self._delivery.send_pieces, **self._progress_of(update_id)
+        )
         if live is not None:
             shown = live
 
@@ -414,12 +418,8 @@ class TelegramChannel:
                 await self._delivery.finish_live(live, target.chat_id, None)
         await settle(reply, lambda: self._finish(update_id), send)
 
-    def _pieces_of(self, update_id: int) -> Callable[[OutboundMessage], Awaitable[bool]]:
-        """Sends the answer to `update_id` part by part, noting each part in the inbox: after a
-        kill between two parts, the replayed update sends only those not yet out."""
-        return partial(self._delivery.send_pieces, **self._progress_of(update_id))
-
     def _progress_of(self, update_id: int) -> dict[str, Any]:
+        """`skip` and `progress` for sending the answer to `update_id` (see send_pieces)."""
         inbox = self._inbox
         if inbox is None:
             return {}
