@@ -33,7 +33,6 @@ from gateway.cli_setup import (
     first_run,
     llm_configured,
 )
-from gateway.cli_stores import cmd_jobs, cmd_memory, cmd_pairing
 from gateway.config import Config
 from gateway.config_file import (
     load_config,
@@ -72,6 +71,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return passed
 
     return 0 if asyncio.run(checks()) else 1
+
+
+# memory, jobs and pairing (gateway/cli_stores.py) are imported only when one of them runs.
+def cmd_pairing(config: Config, args: argparse.Namespace) -> int:
+    from gateway.cli_stores import cmd_pairing
+
+    return cmd_pairing(config, args)
+
+
+def cmd_jobs(config: Config, args: argparse.Namespace) -> int:
+    from gateway.cli_stores import cmd_jobs
+
+    return cmd_jobs(config, args)
+
+
+def cmd_memory(config: Config, args: argparse.Namespace) -> int:
+    from gateway.cli_stores import cmd_memory
+
+    return cmd_memory(config, args)
 
 
 @contextmanager

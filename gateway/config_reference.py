@@ -6,8 +6,13 @@ fails while the file is out of date. The meaning of a key is the docstring under
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import itertools
 import json
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -58,13 +63,35 @@ def _default(field: FieldInfo) -> str:
     return f"`{json.dumps(value, ensure_ascii=False)}`"
 
 
+@functools.cache
+def _meanings(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's meaning: the string right under it in its class body (a base's for an
+    inherited field)."""
+    meanings: dict[str, str] = {}
+    for base in model.__mro__[::-1]:
+        if not issubclass(base, BaseModel) or base.__module__.startswith("pydantic"):
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(base)))
+        body = typing.cast(ast.ClassDef, tree.body[0]).body
+        for statement, after in itertools.pairwise(body):
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                meanings[statement.target.id] = inspect.cleandoc(after.value.value)
+    return meanings
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     for name, field in model.model_fields.items():
         if field.exclude:
             continue  # not a key of the file
         key = f"{prefix}{name}"
-        meaning = (field.description or "").replace("|", "\\|")
+        meaning = _meanings(model).get(name, "").replace("|", "\\|")
         rows.append((key, _default(field), meaning))
         section = _section_of(field.annotation)
         if section is not None:
