@@ -1,25 +1,25 @@
 """Group commit of session appends: the appends made in one event-loop iteration, to any number of
-sessions, are written in one thread hop, then fsynced one file after another.
+sessions, are written and then fsynced one file after another in one thread hop.
 
 Writing every file first and syncing after lets the first fsync carry most of the others' work (a
 journaling filesystem commits the other files' new blocks with it), and a turn's append waits for
 one hop of the thread pool, not one each. An append returns once its own lines are on disk, and a
 failure (disk full, a file that cannot be opened) is reported to that append alone.
 
-An append may ask to return as soon as its lines are written (`synced=False`): they then survive a
-killed process, and reach the disk with the batch's fsync, or at the latest with the next synced
-append to the same file (an fsync covers every earlier write of the file). The agent stores a
-user's message that way, so the model call does not wait for the disk; the answer's append, which
-comes before anything is sent, waits for both.
+An append may ask to return as soon as its lines are written (`synced=False`): those are written
+at once, on the event loop (one `write` of a few hundred bytes into the page cache, as a channel's
+inbox writes its lines), so the caller goes on without a thread hop; the lines survive a killed
+process, and reach the disk with the batch's fsync, or at the latest with the next synced append
+to the same file (an fsync covers every earlier write of the file). The agent stores a user's
+message that way, so the model call waits neither for the disk nor for a worker thread; the
+answer's append, which comes before anything is sent, waits for both.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,24 +35,31 @@ class _Append:
     cut_at: int | None
     done: asyncio.Future[int]
     synced: bool  # settle `done` after the fsync, not as soon as the lines are written
+    fd: int | None = None  # open on the file, once the lines are written (on the loop)
 
 
-def _commit(
-    batch: list[tuple[Path, bytes, int | None]],
-    on_written: Callable[[list[int | BaseException]], None],
-) -> list[int | BaseException]:
-    """Write each append, report the sizes written (`on_written`), then fsync each file; per
+def _write(path: Path, data: bytes, cut_at: int | None) -> tuple[int, int]:
+    """Write the lines, not yet synced: the open descriptor and the file's new size."""
+    fd = write_lines(path, data, cut_at)
+    try:
+        return fd, os.fstat(fd).st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _commit(batch: list[tuple[Path, bytes, int | None, int | None]]) -> list[int | BaseException]:
+    """Write each append not yet written (those with no descriptor), then fsync each file; per
     append its new size or its error."""
     results: list[int | BaseException] = []
     written: list[tuple[int, int]] = []  # (index in results, open descriptor)
-    for path, data, cut_at in batch:
+    for path, data, cut_at, fd in batch:
         try:
-            fd = write_lines(path, data, cut_at)
+            fd, size = _write(path, data, cut_at) if fd is None else (fd, os.fstat(fd).st_size)
             written.append((len(results), fd))
-            results.append(os.fstat(fd).st_size)
+            results.append(size)
         except Exception as exc:
             results.append(exc)
-    on_written(list(results))
     for index, fd in written:
         try:
             os.fsync(fd)
@@ -80,6 +87,13 @@ class GroupCommit:
         happens even if nobody awaits it."""
         loop = asyncio.get_running_loop()
         request = _Append(path, data, cut_at, loop.create_future(), synced)
+        if not synced:
+            try:
+                request.fd, size = _write(path, data, cut_at)
+            except Exception as exc:
+                request.done.set_exception(exc)
+                return request.done
+            request.done.set_result(size)  # its fsync leaves with the batch
         self._pending.append(request)
         if len(self._pending) == 1:
             # Appends from tasks woken in this iteration join the batch before it leaves.
@@ -90,24 +104,16 @@ class GroupCommit:
         batch, self._pending = self._pending, []
         self.batches += 1
         self.appends += len(batch)
-        work = [(r.path, r.data, r.cut_at) for r in batch]
-        early = [r for r in batch if not r.synced]
-
-        def written(results: list[int | BaseException]) -> None:  # in the worker thread
-            if early:
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(settle_written, results)
-
-        def settle_written(results: list[int | BaseException]) -> None:
-            for request, result in zip(batch, results, strict=True):
-                if request.synced or request.done.done():
-                    continue
-                if isinstance(result, BaseException):
-                    request.done.set_exception(result)
-                else:
-                    request.done.set_result(result)
-
-        future = loop.run_in_executor(None, _commit, work, written)
+        work = [(r.path, r.data, r.cut_at, r.fd) for r in batch]
+        try:
+            future = loop.run_in_executor(None, _commit, work)
+        except RuntimeError as exc:  # the loop's executor is shut down: the process is stopping
+            for request in batch:
+                if request.fd is not None:
+                    os.close(request.fd)  # written; the kernel still writes it back
+                if not request.done.done():
+                    request.done.set_exception(exc)
+            return
 
         def settle(outcome: asyncio.Future[list[int | BaseException]]) -> None:
             error = None if outcome.cancelled() else outcome.exception()

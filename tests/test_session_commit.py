@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from pathlib import Path
 
@@ -104,6 +105,30 @@ async def test_an_unsynced_append_returns_once_written_and_a_synced_one_waits_fo
     await synced
     inodes = {(tmp_path / file_name(key)).stat().st_ino for key in ("t:quick", "t:careful")}
     assert set(disk.synced) == inodes  # the unsynced line reached the disk with its batch
+
+
+async def test_an_unsynced_append_waits_for_no_worker_thread(tmp_path: Path) -> None:
+    """With every worker of the loop's thread pool busy, an unsynced append still returns with its
+    line in the file (it is written on the loop); its fsync follows once a worker is free."""
+    store = SessionStore(tmp_path, UTC)
+    session = await store.get("t:1")
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    free = threading.Event()
+    busy = loop.run_in_executor(None, free.wait, 30)
+    try:
+        await asyncio.wait_for(
+            store.add_messages(session, [{"role": "user", "content": "q"}], synced=False), 10
+        )
+        path = tmp_path / file_name("t:1")
+        assert [m["content"] for m in parse_session_bytes(path.read_bytes()).messages] == ["q"]
+        assert [m["content"] for m in session.messages] == ["q"]
+    finally:
+        free.set()
+        await busy
+    await store.add_messages(session, [{"role": "assistant", "content": "a"}])  # through the pool
+    reloaded = await SessionStore(tmp_path, UTC).get("t:1")
+    assert [m["content"] for m in reloaded.messages] == ["q", "a"]
 
 
 async def test_the_next_synced_append_waits_until_an_unsynced_line_is_on_disk(
