@@ -78,6 +78,7 @@ def startup(bench: Bench, systems: list[System], runs: int) -> list[Row]:
             first[system.name].append(reply * 1000)
             exit_[system.name].append(ended * 1000)
     attached = _attached(bench, systems, commands, runs) if "memgate" in commands else []
+    sdk = _sdk_import(bench, systems, runs) if "memgate" in commands else []
     return [
         Row(
             "d.first",
@@ -98,7 +99,30 @@ def startup(bench: Bench, systems: list[System], runs: int) -> list[Row]:
             [],
             0,
         ),
+        Row(
+            "d.sdk",
+            "d",
+            "memgate's interpreter importing the openai SDK alone, start to exit",
+            "ms",
+            sdk,
+            [],
+            0,
+        ),
     ]
+
+
+def _sdk_import(bench: Bench, systems: list[System], runs: int) -> list[float]:
+    """The floor under an in-process `memgate chat -m`: its interpreter starting, importing the
+    openai SDK (with the cyclic collector off, as `memgate chat` imports) and exiting; ms per run."""
+    memgate = next(s for s in systems if s.name == "memgate")
+    command = [str(memgate.python), "-c", "import gc; gc.disable(); import openai"]
+    subprocess.run(command, env=bench.env, check=True)  # untimed, as the others
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, env=bench.env, check=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
 
 
 def _attached(
