@@ -54,12 +54,14 @@ def _commit(batch: list[tuple[Path, bytes, int | None, int | None]]) -> list[int
     results: list[int | BaseException] = []
     written: list[tuple[int, int]] = []  # (index in results, open descriptor)
     for path, data, cut_at, fd in batch:
-        try:
-            fd, size = _write(path, data, cut_at) if fd is None else (fd, os.fstat(fd).st_size)
-            written.append((len(results), fd))
-            results.append(size)
-        except Exception as exc:
-            results.append(exc)
+        if fd is None:
+            try:
+                fd = write_lines(path, data, cut_at)
+            except Exception as exc:
+                results.append(exc)
+                continue
+        written.append((len(results), fd))
+        results.append(0)  # its size once synced, below
     for index, fd in written:
         try:
             os.fsync(fd)
