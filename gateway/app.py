@@ -32,9 +32,10 @@ from gateway.lock import WorkspaceLock
 from gateway.media import MediaReader
 from gateway.metrics import Metrics
 from gateway.on_demand import OnDemand, OnDemandTranscriber
-from gateway.provider import OpenAIEmbedder, OpenAIProvider, OpenAITranscriber
+from gateway.provider import OpenAIProvider, OpenAITranscriber
 from gateway.scheduler import Scheduler
-from gateway.state import check_apart, index_path, move_workspace_state
+from gateway.search_setup import open_search
+from gateway.state import check_apart, move_workspace_state
 from gateway.tools import Tool, ToolBox
 from memory.budget import PromptBudget
 from memory.compact import MemoryCompactor
@@ -43,7 +44,6 @@ from memory.errors import ModelCallError
 from memory.failures import FAILURE_REPORT
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
-from memory.search import MemorySearch
 from memory.search_tools import search_tools
 from memory.sessions import SessionStore
 from memory.tokens import TokenCounter
@@ -161,30 +161,6 @@ def ensure_workspace(config: Config) -> MemoryFiles:
     memory = MemoryFiles(workspace, config.tz)
     memory.ensure()
     return memory
-
-
-@asynccontextmanager
-async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
-    """Memory search on the workspace, semantic too when `memory.embeddings` is set."""
-    async with AsyncExitStack() as stack:
-        settings = config.memory.embeddings
-        index = index_path(config.state_dir)
-        if settings is None:
-            search = MemorySearch(config.workspace, config.tz, db_path=index)
-        else:
-            embedder = OpenAIEmbedder(
-                base_url=settings.base_url,
-                api_key=settings.api_key,
-                model=settings.model,
-                timeout=settings.timeout,
-            )
-            stack.push_async_callback(embedder.close)
-            weights = (settings.vector_weight, settings.keyword_weight)
-            search = MemorySearch(
-                config.workspace, config.tz, db_path=index, embedder=embedder, weights=weights
-            )
-        stack.push_async_callback(search.aclose)
-        yield search
 
 
 def make_provider(

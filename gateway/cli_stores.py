@@ -119,7 +119,7 @@ def cmd_memory(config: Config, args: argparse.Namespace) -> int:
 
 async def _search(config: Config, query: str, limit: int, rebuild: bool) -> int:
     """Print the best hits; the index is built or brought up to date first (progress on a tty)."""
-    from gateway.app import open_search
+    from gateway.search_setup import open_search
 
     configure_logging("WARNING", config.secrets())  # an embeddings failure is worth a line
     progress = terminal_progress(sys.stderr) if sys.stderr.isatty() else None

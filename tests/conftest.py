@@ -246,6 +246,18 @@ class ManualClock:
 # -- the real CLI and `memgate run` as child processes -------------------------------------------
 
 
+IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}  # each import on stderr, as `python -X importtime`
+
+
+def imported(stderr: str) -> set[str]:
+    """The modules a process run with IMPORT_TIMES imported."""
+    return {
+        line.rpartition("|")[2].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
 async def memgate(
     *args: str, home: Path, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import build_config, memgate, memgate_run, service_config
+from tests.conftest import (
+    IMPORT_TIMES,
+    build_config,
+    imported,
+    memgate,
+    memgate_run,
+    service_config,
+)
 from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram
 
@@ -53,18 +60,6 @@ async def test_chat_is_answered_by_the_running_service(
     )
     assert (code, out.strip()) == (0, "echo: alone"), err.splitlines()[-5:]  # in-process
     assert "openai" in imported(err)
-
-
-IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}  # each import on stderr, as `python -X importtime`
-
-
-def imported(stderr: str) -> set[str]:
-    """The modules a process run with IMPORT_TIMES imported."""
-    return {
-        line.rpartition("|")[2].strip()
-        for line in stderr.splitlines()
-        if line.startswith("import time:")
-    }
 
 
 class Terminal:

@@ -6,7 +6,7 @@ from datetime import UTC
 from pathlib import Path
 
 from memory.files import MemoryFiles
-from tests.conftest import memgate
+from tests.conftest import IMPORT_TIMES, imported, memgate
 from tests.corpus import CAR, line_of, write_corpus
 from tests.fakes.llm import FakeLLM, error
 
@@ -18,8 +18,11 @@ async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) ->
     workspace = home / "workspace"
     await write_corpus(workspace)
     env = {"OPENAI_API_KEY": "unused"}
-    code, out, err = await memgate("memory", "search", "咖啡", home=home, env=env)
+    code, out, err = await memgate(
+        "memory", "search", "咖啡", home=home, env={**env, **IMPORT_TIMES}
+    )
     assert code == 0, err
+    assert "openai" not in imported(err)  # keywords only: the model's SDK is not loaded
     line = line_of(workspace / "memory" / "HISTORY.md", "咖啡")
     first = out.splitlines()[0]
     assert first.startswith(f"memory/HISTORY.md:{line}  2026-01-06 08:00  history  ")
@@ -46,9 +49,9 @@ async def test_memory_search_with_embeddings(tmp_path: Path, fake_llm: FakeLLM) 
         f"    base_url: {fake_llm.url}\n    api_key: sk-cli-embed-key-42\n"
     )
     args = ("memory", "search", "--config", str(config), "-n", "3")
-    code, out, err = await memgate(*args, "automobile", home=tmp_path / "home")
+    code, out, err = await memgate(*args, "automobile", home=tmp_path / "home", env=IMPORT_TIMES)
     assert code == 0, err
-    assert "old car to a colleague" in out
+    assert "old car to a colleague" in out and "openai" in imported(err)
     assert {r["model"] for r in fake_llm.embedding_requests} == {"text-embedding-3-small"}
     fake_llm.embedding_error = error(500, "embedder down")
     code, out, err = await memgate(*args, "Kyoto", home=tmp_path / "home")
