@@ -10,8 +10,9 @@ it has been handled or refused, and `{"sent": id, "parts": n}` once the first n 
 answer to it are out (a replay then sends only the rest). Arrivals are fsynced by group commit: the
 first `append` of an event-loop iteration schedules one fsync at the end of that iteration,
 covering every line written in it (outside a loop, each append is synced at once). Done and sent
-lines are not synced: losing one costs a replay (or a part sent again), which the agent recognises. At start `open()` returns the entries without a done line,
-oldest first, and rewrites the file with only those.
+lines are not synced: losing one costs a replay (or a part sent again), which the agent
+recognises. At start `open()` returns the entries without a done line, oldest first, and rewrites
+the file with only those (and the sent lines that belong to them).
 
 Nothing is ever dropped for having been replayed often: under load, or while something else
 makes the service crash and restart, a message may wait through many starts. A message that

@@ -108,8 +108,10 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load(args: argparse.Namespace) -> Config:
-    return load_config(config_path(args), must_exist=explicit_path(args))
+def load(args: argparse.Namespace, *, runs_channels: bool = True) -> Config:
+    return load_config(
+        config_path(args), must_exist=explicit_path(args), runs_channels=runs_channels
+    )
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -215,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from gateway.status import describe, describe_live
 
-    config = load_config(config_path(args), must_exist=explicit_path(args), runs_channels=False)
+    config = load(args, runs_channels=False)
     print(describe(config))
     # Offline and fast: a service that does not answer at once is reported as not running.
     live = asyncio.run(request(socket_path(config.state_dir), {"op": "status"}))

@@ -82,9 +82,8 @@ class MemoryCompactor:
             return False
 
     def _may_be_over(self, stat: os.stat_result) -> bool:
-        # A token is at least one byte; an atomic rewrite is a new inode.
-        version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        return stat.st_size > self.max_tokens and version != self._within
+        # A token is at least one byte.
+        return stat.st_size > self.max_tokens and _version(stat) != self._within
 
     def oversized(self) -> str | None:
         """MEMORY.md's text if it is over the limit, else None (cheap when it is small)."""
@@ -98,7 +97,7 @@ class MemoryCompactor:
         if self.budget.counter.count(text) > self.max_tokens:
             return text
         # Stat taken before the read: should the file change in between, the next stat differs.
-        self._within = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        self._within = _version(stat)
         return None
 
     async def compact_if_needed(self) -> bool:
@@ -180,3 +179,9 @@ class MemoryCompactor:
         if not isinstance(compacted, str) or not compacted.strip():
             raise ModelCallError("compact_memory: text is missing or empty")
         return compacted
+
+
+def _version(stat: os.stat_result) -> tuple[int, int, int]:
+    """Which MEMORY.md this is: an atomic rewrite is a new inode, an edit in place a new size or
+    modification time."""
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)

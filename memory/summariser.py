@@ -101,7 +101,8 @@ class Summariser:
         tool = save_memory_tool(with_memory)
         messages = summary_prompt(lines, memory_text, with_memory)
         if not await asyncio.to_thread(self.budget.fits, messages, [tool]):
-            raise BudgetError(self.budget.size(messages, [tool]), self.budget.limit)
+            needed = await asyncio.to_thread(self.budget.size, messages, [tool])
+            raise BudgetError(needed, self.budget.limit)
         arguments = await call_forced(self.model, messages, tool, self.timeout)
         return validate_arguments(arguments, with_memory)
 

@@ -109,20 +109,28 @@ async def test_an_unsynced_append_returns_once_written_and_a_synced_one_waits_fo
 
 async def test_an_unsynced_append_waits_for_no_worker_thread(tmp_path: Path) -> None:
     """With every worker of the loop's thread pool busy, an unsynced append still returns with its
-    line in the file (it is written on the loop); its fsync follows once a worker is free."""
+    line in the file (it is written on the loop), as does a group chat's at the same moment; the
+    fsync follows once a worker is free."""
     store = SessionStore(tmp_path, UTC)
-    session = await store.get("t:1")
+    session, group = await store.get("t:1"), await store.get("t:group")
+    group.group = True
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
     free = threading.Event()
     busy = loop.run_in_executor(None, free.wait, 30)
     try:
         await asyncio.wait_for(
-            store.add_messages(session, [{"role": "user", "content": "q"}], synced=False), 10
+            asyncio.gather(
+                store.add_messages(session, [{"role": "user", "content": "q"}], synced=False),
+                store.add_messages(group, [{"role": "user", "content": "g"}], synced=False),
+            ),
+            10,
         )
         path = tmp_path / file_name("t:1")
         assert [m["content"] for m in parse_session_bytes(path.read_bytes()).messages] == ["q"]
         assert [m["content"] for m in session.messages] == ["q"]
+        in_group = parse_session_bytes((tmp_path / file_name("t:group")).read_bytes())
+        assert [m["content"] for m in in_group.messages] == ["g"] and in_group.group
     finally:
         free.set()
         await busy
