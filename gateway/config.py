@@ -10,7 +10,7 @@ import re
 import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,34 @@ def http_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
     return value
+
+
+def api_url(value: str) -> str:
+    """An OpenAI-API base URL: http(s), with no user:password and no query string. The SDK sends
+    the key as a Bearer token and appends each path to the URL's text, so credentials or a query
+    there never reach the server as meant (a query even swallows the path)."""
+    http_url(value)
+    parts = urlsplit(value)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "must not carry user:password (the endpoint is sent the api_key as a Bearer token: "
+            "put the key in api_key)"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query string or fragment (paths are appended to it)")
+    return value
+
+
+def mask_url(value: str) -> str:
+    """`value` with a password and the query's values masked, for display; other text as it is."""
+    parts = urlsplit(value)
+    if not parts.scheme or not (parts.password or parts.query):
+        return value
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+    query = re.sub(r"=[^&]*", "=***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -72,13 +100,13 @@ class TranscriptionConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        return http_url(value) if value else None
+    def _api_url(cls, value: str | None) -> str | None:
+        return api_url(value) if value else None
 
 
 class LLMConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
-    """Any OpenAI-compatible endpoint, ending in /v1 (OpenAI, vLLM, Ollama, LiteLLM, llama.cpp)."""
+    """Any OpenAI-compatible endpoint, ending in /v1 (OpenAI, vLLM, Ollama, LiteLLM, llama.cpp); no user:password or ?query in it (the key goes in api_key)."""
     api_key: str = ""
     """The endpoint's API key; required for OpenAI's URL, may be empty for a local server."""
     model: str = "gpt-4o-mini"
@@ -104,8 +132,8 @@ class LLMConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        return http_url(value)
+    def _api_url(cls, value: str) -> str:
+        return api_url(value)
 
     @property
     def budget(self) -> int:
@@ -131,8 +159,8 @@ class EmbeddingsConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        return http_url(value)
+    def _api_url(cls, value: str) -> str:
+        return api_url(value)
 
 
 class MemoryConfig(_Section):
@@ -425,9 +453,17 @@ class Config(_Section):
         values.append(self.channels.telegram.webhook_secret or "")
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
+        telegram = self.channels.telegram
+        urls = [telegram.base_url, telegram.base_file_url, telegram.webhook_url]
         for server in self.tools.mcp_servers.values():
+            urls.append(server.url)
             values.extend(server.env.values())
             for header in server.headers.values():
                 # "Bearer <token>": the token alone is redacted wherever it shows up.
                 values.extend([header, header.split()[-1] if header.split() else ""])
+        for url in filter(None, urls):
+            # A proxy's password or a token in a query string is as secret as an api_key.
+            parts = urlsplit(url)
+            values.append(parts.password or "")
+            values.extend(v for _, _, v in (p.partition("=") for p in parts.query.split("&")))
         return [v for v in values if len(v) >= 6]

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config import Config
+from gateway.config import Config, mask_url
 from gateway.errors import ConfigError
 from memory.fileio import atomic_write
 
@@ -121,6 +121,8 @@ def parse_config(
             raise ConfigError(f"{path}: unknown key {key!r}", path=str(path), key=key) from None
         value = _lookup(raw, loc)
         secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS or _under_secret_map(loc)
+        if isinstance(value, str):
+            value = mask_url(value)  # a URL's password or query may be a key
         shown = "" if value is None or isinstance(value, dict) or secret else f" = {value!r}"
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(

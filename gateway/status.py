@@ -9,7 +9,7 @@ from typing import Any
 
 from channels.pairing import PairingError, PairingStore
 from gateway.commands import format_size
-from gateway.config import ChatChannelConfig, Config, LLMConfig
+from gateway.config import ChatChannelConfig, Config, LLMConfig, mask_url
 from gateway.jobs import JobError, JobStore, format_time
 from memory.failures import FAILURE_REPORT, read_failure_report
 from memory.files import MemoryFiles
@@ -97,7 +97,7 @@ def describe(config: Config) -> str:
             f"config:     {config.source}{'' if config.source and config.source.exists() else ' (not found; defaults)'}",
             f"workspace:  {config.workspace}",
             f"state:      {config.state_dir} (inbox journals, search index, lock; out of the model's reach)",
-            f"model:      {config.llm.model} at {config.llm.base_url} (key {mask(config.llm.api_key)})",
+            f"model:      {config.llm.model} at {mask_url(config.llm.base_url)} (key {mask(config.llm.api_key)})",
             f"budget:     {config.llm.budget} prompt tokens",
             "channels:",
             *channels,

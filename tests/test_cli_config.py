@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import Config, mask_url
 from memory.fileio import atomic_write
 from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM
@@ -99,6 +100,45 @@ async def test_bad_values_are_one_line_without_the_secret(tmp_path: Path) -> Non
         code, _, err = await memgate("--config", str(config), "status", home=tmp_path)
         assert code == 78 and err.count("\n") == 1, err
         assert expected in err and "sk-very-secret" not in err
+
+
+async def test_credentials_in_a_model_url_are_refused_masked(tmp_path: Path) -> None:
+    """A model endpoint's URL with user:password or a query string exits 78 naming the key, the
+    password and the query's values masked (the SDK would never send them as meant)."""
+    cases = {
+        "llm:\n  base_url: http://bob:hunter2-pw@localhost:8000/v1\n": (
+            "llm.base_url = 'http://bob:***@localhost:8000/v1': must not carry user:password"
+        ),
+        "llm:\n  base_url: http://localhost:8000/v1?key=hunter2-pw\n": (
+            "llm.base_url = 'http://localhost:8000/v1?key=***': must not carry a query"
+        ),
+        "memory:\n  embeddings:\n    base_url: https://u:hunter2-pw@e.example/v1\n": (
+            "memory.embeddings.base_url = 'https://u:***@e.example/v1'"
+        ),
+        "llm:\n  transcription:\n    base_url: https://h/v1?token=hunter2-pw\n": (
+            "llm.transcription.base_url = 'https://h/v1?token=***'"
+        ),
+    }
+    for text, expected in cases.items():
+        config = write(tmp_path / "config.yaml", f"workspace: {tmp_path / 'ws'}\n{text}")
+        for command in (("status",), ("chat", "-m", "hi")):
+            code, out, err = await memgate("--config", str(config), *command, home=tmp_path)
+            assert code == 78 and err.count("\n") == 1 and expected in err, err
+            assert "hunter2" not in out + err
+
+
+def test_passwords_and_query_values_of_other_urls_are_redacted() -> None:
+    """A Bot API proxy's password or an MCP server's token in its URL is a secret for the logs."""
+    config = Config.model_validate(
+        {
+            "channels": {"telegram": {"base_url": "http://tg:proxy-pass@127.0.0.1:81/bot"}},
+            "tools": {"mcp_servers": {"x": {"url": "https://mcp.example/mcp?token=mcp-token-1"}}},
+        }
+    )
+    assert {"proxy-pass", "mcp-token-1"} <= set(config.secrets())
+    assert mask_url("https://mcp.example/mcp?token=mcp-token-1&a=b") == (
+        "https://mcp.example/mcp?token=***&a=***"
+    )
 
 
 async def test_usage_errors_exit_2(tmp_path: Path) -> None:
