@@ -103,7 +103,8 @@ def _pdf_text(path: Path, max_chars: int) -> tuple[str, int]:
         for number, page in enumerate(reader.pages, start=1):
             text = page.extract_text() or ""
             pages.append(f"[page {number}]\n{text.strip()}")
-            total += len(pages[-1]) + 2
+            # Counted as joined: a blank line between pages, none after the last.
+            total += len(pages[-1]) + (2 if number > 1 else 0)
             if total > max_chars:
                 # The remaining pages are not read: their size is unknown, so say "at least".
                 break

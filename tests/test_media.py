@@ -114,6 +114,19 @@ async def test_pdf_without_text_is_named_with_the_reason(
     )
 
 
+async def test_a_pdf_within_the_cap_is_given_whole_without_a_cut_marker(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A PDF whose pages fit media.max_document_chars reaches the model whole, with no marker."""
+    pages = ["First page text.", "Second page text."]
+    async with make_runtime() as runtime:
+        message = attach(runtime.config.workspace, "two.pdf", pdf(pages), "file", "read it")
+        await runtime.agent.handle(message)
+    asked = last_user_text(fake_llm.chat_requests()[0])
+    assert "[page 1]\nFirst page text.\n\n[page 2]\nSecond page text.\n--- end of two.pdf" in asked
+    assert "memgate cut" not in asked
+
+
 async def test_document_is_cut_to_its_share_of_the_budget(
     make_runtime: RuntimeFactory, fake_llm: FakeLLM
 ) -> None:
