@@ -33,6 +33,12 @@ exactly {SILENT} and nothing else.
 {{checklist}}"""
 
 
+def is_silent(answer: str) -> bool:
+    """Nothing to say: the answer is HEARTBEAT_OK itself (blank, or the word in Markdown emphasis
+    or code, or with a full stop); an answer that only mentions it is a message for the owner."""
+    return answer.strip().strip("*_`. \n") in ("", SILENT)
+
+
 def checklist(workspace: Path) -> str:
     """HEARTBEAT.md's text, or "" when it is missing or has only blank lines and headings."""
     try:
@@ -76,7 +82,7 @@ class Heartbeat:
         """Send the heartbeat's answers still owed to the home chat, oldest first; each is marked
         delivered by its channel. One that cannot go out now waits for the next wake."""
         for reply in await agent.owed(self.channel, self.chat_id, SESSION):
-            if SILENT in reply.text or not reply.text.strip():
+            if is_silent(reply.text):
                 await reply.sent()  # silence is owed to nobody
                 continue
             log.info("heartbeat: sending a message kept from before home=%s:%s",
@@ -105,7 +111,7 @@ class Heartbeat:
         if reply is None:
             return
         answer = reply.text.strip()
-        if not answer or SILENT in answer:
+        if is_silent(answer):
             log.info("heartbeat: nothing to say")
             await reply.sent()  # stored, but owed to nobody
             return

@@ -418,3 +418,23 @@ async def test_heartbeat_message_its_chat_never_got_is_sent_once_after_a_restart
         await fake_telegram.wait_sent(1)
         assert len(fake_llm.chat_requests()) == 2
     assert texts(fake_telegram) == ["Time to water the plants."]
+
+
+async def test_heartbeat_is_silent_only_when_the_answer_is_heartbeat_ok(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """HEARTBEAT_OK alone (trimmed, even in backticks or bold) sends nothing; an answer that only
+    mentions it is a message for the owner and is sent."""
+    clock = ManualClock(START)
+    mention = "The backup failed. Once fixed I will answer HEARTBEAT_OK again."
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        workspace = gw.runtime.config.workspace
+        (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- check the backup\n")
+        beat = Heartbeat(workspace, "telegram:42", 1800, clock)
+        deliver = chat_sender([gw.channel])
+        for answer in ("  HEARTBEAT_OK\n", "`HEARTBEAT_OK`", "**HEARTBEAT_OK**.", mention):
+            fake_llm.push(text(answer))
+            await beat.beat(gw.runtime.agent, deliver)
+        await fake_telegram.wait_sent(1)
+        assert (await gw.runtime.agent.sessions.get("heartbeat")).owed() == []
+    assert texts(fake_telegram) == [mention]
