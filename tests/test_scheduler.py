@@ -221,6 +221,25 @@ async def test_a_job_missed_beyond_grace_is_skipped_with_a_log_line(
     assert len(skipped) == 2 and f"id={once.id}" in skipped[0] + skipped[1]
 
 
+async def test_a_cron_job_late_within_grace_runs_once_and_next_after_now(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A five-minute cron job started twelve minutes late (within grace) runs once; its next run
+    is the first after now, not one of the times it missed since its old due time."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        made = job(gw.runtime, cron="*/5 * * * *", message="Tick")  # due 10:05
+        await clock.idle_until(made.next_run)
+    await clock.advance(17 * 60)  # started at 10:17
+    following = datetime(2026, 3, 26, 10, 20, tzinfo=TZ).timestamp()
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock, following)
+        [kept] = gw.runtime.scheduler.jobs()
+        assert (kept.last_due, kept.next_run) == (made.next_run, following)
+    assert texts(fake_telegram) == ["Tick"]
+
+
 async def test_a_kill_during_a_run_finishes_that_run_at_start_and_never_runs_it_twice(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
