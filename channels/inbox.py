@@ -5,9 +5,10 @@ It imports no chat SDK, and of ours only memory.fileio and gateway.bus.
 
 The file holds one JSON object per line, each appended with a single `os.write` on an O_APPEND
 descriptor: `{"update": {...}}` when an entry arrives (a JSON object whose `id_field` is an integer
-that grows with arrival, such as Telegram's update_id or a Discord snowflake), `{"done": id}` once
-it has been handled or refused, and `{"sent": id, "parts": n}` once the first n parts of a long
-answer to it are out (a replay then sends only the rest). Arrivals are fsynced by group commit: the
+that grows with arrival, such as Telegram's update_id or a Discord snowflake; the channels journal
+only what admission let in), `{"done": id}` once it has been handled or needs no answer, and
+`{"sent": id, "parts": n}` once the first n parts of a long answer to it are out (a replay then
+sends only the rest). Arrivals are fsynced by group commit: the
 first `append` of an event-loop iteration schedules one fsync at the end of that iteration,
 covering every line written in it (outside a loop, each append is synced at once). Done and sent
 lines are not synced: losing one costs a replay (or a part sent again), which the agent
@@ -38,6 +39,22 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 Send = Callable[[OutboundMessage], Awaitable[object]]
 TRUNCATE_AT = 1 << 20  # bytes: a journal this large is emptied whenever nothing is pending
+# Each channel's journal in the state folder, `<channel>-<bot id>-inbox.jsonl`, and the field
+# of an entry that holds its growing id.
+JOURNAL_SUFFIX = "-inbox.jsonl"
+ID_FIELDS = {"telegram": "update_id", "discord": "message_id"}
+
+
+def waiting(state_dir: Path) -> dict[str, int]:
+    """Per channel, the received messages not yet finished in its journals: answered at the next
+    start (or now, by a running service). Blocking."""
+    counts: dict[str, int] = {}
+    for path in sorted(state_dir.glob(f"*{JOURNAL_SUFFIX}")):
+        channel = path.name.partition("-")[0]
+        if channel in ID_FIELDS:
+            inbox = Inbox(path, id_field=ID_FIELDS[channel], label=channel)
+            counts[channel] = counts.get(channel, 0) + inbox.peek()
+    return counts
 
 
 class Inbox:
@@ -80,6 +97,12 @@ class Inbox:
         except OSError as exc:
             log.error("%s inbox unavailable path=%s error=%s", self.label, self.path, exc)
             return []
+
+    def peek(self) -> int:
+        """How many entries wait unfinished, read without opening or compacting the journal (for
+        `memgate status`, beside a running service). Blocking."""
+        entries, _ = self._read()
+        return len(entries)
 
     def close(self) -> None:
         if self._fd is not None:

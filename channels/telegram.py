@@ -1,7 +1,8 @@
 """The Telegram channel: python-telegram-bot long polling (or a webhook) in, HTML replies out.
 
-Every update is journaled in the inbox (channels/inbox.py) before Telegram hears that it
-arrived, and replayed at the next start if the process died before handling it. This module owns
+Every update admission lets in is journaled in the inbox (channels/inbox.py) before Telegram hears
+that it arrived, and replayed at the next start if the process died before handling it; one it
+refuses is never written, so nothing of a stranger's text reaches the disk. This module owns
 the PTB lifecycle and a message's way from update to turn; the other `channels/telegram_*.py`
 modules hold the parts (updates, mentions, media, delivery, state). Those modules are the only
 ones that import `telegram`; of ours they import `gateway.bus`, `memory.fileio` and `channels`.
@@ -21,19 +22,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from telegram import Bot, BotCommand, Message, Update
-from telegram.constants import ChatType
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.admission import Gate, Request, Verdict
+from channels.admission import Decision, Gate, Verdict
 from channels.base import ChatCommands, is_pair_command
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_connect import TelegramConfigError, file_url, retrying
 from channels.telegram_delivery import Target, TelegramDelivery
 from channels.telegram_media import attachments, download
-from channels.telegram_mentions import read_addressing
+from channels.telegram_mentions import GROUPS, Addressing, admission_request
 from channels.telegram_state import UpdateCursor
 from channels.telegram_updates import UpdateQueue, UpdatesRequest, update_date
 from gateway.bus import Handler, InboundMessage, OutboundMessage
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
 ALLOWED_UPDATES = (Update.MESSAGE,)
 UNSUPPORTED = "I can only read text, photos, voice messages and files."
-_GROUPS = (ChatType.GROUP, ChatType.SUPERGROUP)
+Judged = tuple[Decision, Addressing] | None  # None: not a person's message (a channel post)
 
 
 class TelegramChannel:
@@ -96,6 +96,7 @@ class TelegramChannel:
         self._tails: dict[Target, asyncio.Event] = {}
         self._delivery = TelegramDelivery(self._running_bot)
         self._inbox: Inbox | None = None
+        self._judged: dict[int, Judged] = {}  # admission decided on arrival, until taken
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
@@ -200,16 +201,29 @@ class TelegramChannel:
 
     # -- updates ----------------------------------------------------------------------------------
     def _receive(self, item: object) -> bool:
-        """Journal an update as it enters PTB's queue, before polling confirms it to Telegram (on
-        its next getUpdates) and before the state file records it; False drops a repeat."""
+        """Judge an update as it enters PTB's queue and journal it if admitted, before polling
+        confirms it to Telegram (on its next getUpdates) and before the state file records it;
+        False drops a repeat. Admission depends on the update alone, so deciding it here keeps a
+        refused message's text off the disk and costs an admitted one no crash-safety."""
         inbox = self._inbox
         if not isinstance(item, Update) or inbox is None:
             return True  # PTB's stop signal
         if inbox.holds(item.update_id) or self._cursor.handled(item.update_id, update_date(item)):
             log.debug("telegram skipping handled update update_id=%s", item.update_id)
             return False
-        inbox.append(item.to_dict())
+        try:
+            judged = self._judge(item.message) if item.message is not None else None
+        except Exception:  # PTB's fetching calls this: one unreadable message must not stop it
+            log.exception("telegram could not judge update update_id=%s", item.update_id)
+            judged = None
+        self._judged[item.update_id] = judged
+        if judged is not None and judged[0].verdict is Verdict.ADMIT:
+            inbox.append(item.to_dict())
         return True
+
+    def _judge(self, message: Message) -> Judged:
+        read = admission_request(message, self._bot_id, self._bot_username)
+        return None if read is None else (self._gate.judge(read[0]), read[1])
 
     async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
         self._cursor.record(update.update_id, update_date(update))
@@ -237,7 +251,7 @@ class TelegramChannel:
         await asyncio.to_thread(self._cursor.save)
 
     def _take(self, update: Update) -> None:
-        """Start the work for a journaled update; one that needs none is finished at once."""
+        """Start the work for a received update; one that needs none is finished at once."""
         if self._tasks is None:
             return  # stopping: it stays in the inbox for the next start
         working = False
@@ -254,24 +268,16 @@ class TelegramChannel:
             self._inbox.finish(update_id)
 
     def _admit(self, message: Message, update_id: int) -> bool:
-        """Decide synchronously whether a message is for us; queue it in its chat's order.
-        True when work was started that finishes the update in the inbox itself."""
-        user = message.from_user
-        if user is None or message.chat.type == ChatType.CHANNEL:
+        """Act on admission's decision (taken on arrival; a replay judges again) and queue an
+        admitted message in its chat's order. True when work was started that finishes the
+        update in the inbox itself."""
+        known = update_id in self._judged
+        judged = self._judged.pop(update_id) if known else self._judge(message)
+        if judged is None or message.from_user is None:
             return False
-        sender_id = str(user.id)
-        is_group = message.chat.type in _GROUPS
-        addressing = read_addressing(message, self._bot_id, self._bot_username)
-        addressed, text = addressing.addressed, addressing.text
-        decision = self._gate.judge(
-            Request(
-                sender_id,
-                username=user.username,
-                is_group=is_group,
-                addressed=addressed,
-                for_another_bot=addressing.for_another_bot,
-            )
-        )
+        decision, addressing = judged
+        user, is_group = message.from_user, message.chat.type in GROUPS
+        sender_id, addressed, text = str(user.id), addressing.addressed, addressing.text
         thread = message.message_thread_id if message.is_topic_message else None
         target = Target(message.chat.id, thread)
         if decision.verdict is Verdict.PAIR:
@@ -376,7 +382,7 @@ class TelegramChannel:
             text=body,
             sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
             media=tuple(media),
-            is_group=message.chat.type in _GROUPS,
+            is_group=message.chat.type in GROUPS,
             sender_is_owner=self._gate.is_owner(str(user.id), user.username),
             mentioned=addressed,
             message_id=str(message.message_id),

@@ -1,6 +1,8 @@
-"""Whether a Telegram message is addressed to the bot, read from its entities (UTF-16 offsets).
+"""Whether a Telegram message is addressed to the bot, read from its entities (UTF-16 offsets),
+and the admission request a message makes.
 
-Part of the Telegram adapter, so it may import `telegram`; of ours only the UTF-16 helpers.
+Part of the Telegram adapter, so it may import `telegram`; of ours the UTF-16 helpers and
+admission's `Request`.
 """
 
 from __future__ import annotations
@@ -8,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from telegram import Message, MessageEntity
+from telegram.constants import ChatType
 
+from channels.admission import Request
 from channels.utf16 import utf16_cut, utf16_length, utf16_slice
+
+GROUPS = (ChatType.GROUP, ChatType.SUPERGROUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +59,22 @@ def read_addressing(message: Message, bot_id: int, bot_username: str) -> Address
     ):
         addressed = True
     return Addressing(addressed, foreign, utf16_cut(text, cuts).strip())
+
+
+def admission_request(
+    message: Message, bot_id: int, bot_username: str
+) -> tuple[Request, Addressing] | None:
+    """What admission judges of `message`, and how it addresses the bot; None for a message no
+    person sent to a chat we serve (a channel post)."""
+    user = message.from_user
+    if user is None or message.chat.type == ChatType.CHANNEL:
+        return None
+    addressing = read_addressing(message, bot_id, bot_username)
+    request = Request(
+        str(user.id),
+        username=user.username,
+        is_group=message.chat.type in GROUPS,
+        addressed=addressing.addressed,
+        for_another_bot=addressing.for_another_bot,
+    )
+    return request, addressing
