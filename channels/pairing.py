@@ -1,7 +1,8 @@
 """Pairing: the senders an owner let in without editing the config, and the codes that ask for it.
 
 One JSON file in the state folder (`pairing.json`), shared by the running service (which hands out
-codes and checks approvals on every message) and by `memgate pairing` (which approves and revokes).
+codes and checks approvals on every message) and by `memgate pairing` (which approves, rejects and
+revokes).
 Every change is a read-modify-write under an exclusive lock on `pairing.lock`, so two processes
 never lose each other's change; readers notice a new file by its inode and mtime, so a change takes
 effect on the next message without a restart. Imports only `memory.fileio` of ours.
@@ -32,7 +33,9 @@ LOCK_NAME = "pairing.lock"
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 CODE_TTL = 3600.0  # seconds a code stays valid
-MAX_PENDING = 3  # codes waiting per channel; more strangers get nothing until one is settled
+# Codes waiting per channel; more strangers get nothing until one is settled (approved, rejected or
+# expired). The cap bounds what strangers can make the service write and the owner read.
+MAX_PENDING = 3
 REPLY_EVERY = 600.0  # seconds between two replies to the same stranger
 
 
@@ -78,10 +81,29 @@ class Answer:
     reply: bool
 
 
+@dataclass(frozen=True)
+class Rejected:
+    """A sender whose code an owner rejected: they get no new code until `CODE_TTL` has passed, so
+    rejecting a stranger who keeps writing frees their place for good, not for one message."""
+
+    channel: str
+    sender_id: str
+    name: str
+    rejected_at: float
+
+    @property
+    def address(self) -> str:
+        return f"{self.channel}:{self.sender_id}"
+
+    def expired(self, now: float) -> bool:
+        return now >= self.rejected_at + CODE_TTL
+
+
 @dataclass
 class _Table:
     pending: list[Pending]
     approved: list[Approved]
+    rejected: list[Rejected]
 
 
 def new_code() -> str:
@@ -126,7 +148,7 @@ class PairingStore:
             except PairingError as exc:
                 # Fail closed: nobody is let in by a file we cannot read; the file is kept as is.
                 log.error("pairing file unreadable, approvals ignored: %s", exc)
-                table = _Table([], [])
+                table = _Table([], [], [])
             self._approved = frozenset((a.channel, a.sender_id) for a in table.approved)
             self._seen = stamp
         return (channel, sender_id) in self._approved
@@ -140,6 +162,13 @@ class PairingStore:
 
     def approved(self, channel: str | None = None) -> list[Approved]:
         return [a for a in self._read().approved if channel in (None, a.channel)]
+
+    def rejected(self, channel: str | None = None) -> list[Rejected]:
+        """Senders still held back after a rejection, oldest first."""
+        now = self._clock()
+        return [
+            r for r in self._read().rejected if not r.expired(now) and channel in (None, r.channel)
+        ]
 
     # -- changing ----------------------------------------------------------------------------------
     def request(self, channel: str, sender_id: str, name: str = "") -> Answer:
@@ -155,6 +184,8 @@ class PairingStore:
                     return Answer(mine.code, reply=False)
                 table.pending[table.pending.index(mine)] = replace(mine, replied_at=now)
                 return Answer(mine.code, reply=True)
+            if any((r.channel, r.sender_id) == (channel, sender_id) for r in table.rejected):
+                return Answer(None, reply=False)  # the rejection was logged; this adds nothing
             waiting = sum(p.channel == channel for p in table.pending)
             if waiting >= MAX_PENDING:
                 if (channel, sender_id) not in self._crowded:
@@ -208,6 +239,39 @@ class PairingStore:
         )
         return approved
 
+    def reject(self, code: str, channel: str | None = None) -> Pending:
+        """Drop the code (of `channel` only, when given): its place is free for the next stranger,
+        and its holder gets no new code for `CODE_TTL`."""
+        wanted = code.strip().upper()
+        with self._changing() as table:
+            found = next(
+                (p for p in table.pending if p.code == wanted and channel in (None, p.channel)),
+                None,
+            )
+            if found is None:
+                raise PairingError(f"no pending pairing code {wanted} (expired, or never issued)")
+            self._reject(table, [found])
+        return found
+
+    def reject_all(self, channel: str | None = None) -> list[Pending]:
+        """Drop every waiting code (of `channel` only, when given), as `reject` does one."""
+        with self._changing() as table:
+            found = [p for p in table.pending if channel in (None, p.channel)]
+            self._reject(table, found)
+        return found
+
+    def _reject(self, table: _Table, codes: list[Pending]) -> None:
+        now = self._clock()
+        for pending in codes:
+            table.pending.remove(pending)
+            table.rejected = [
+                r
+                for r in table.rejected
+                if (r.channel, r.sender_id) != (pending.channel, pending.sender_id)
+            ]
+            table.rejected.append(Rejected(pending.channel, pending.sender_id, pending.name, now))
+            log.info("pairing rejected channel=%s sender_id=%s", pending.channel, pending.sender_id)
+
     def revoke(self, address: str) -> Approved:
         """Take back the approval of `CHANNEL:ID`."""
         channel, _, sender_id = address.strip().partition(":")
@@ -237,6 +301,7 @@ class PairingStore:
             before = _dump(table)
             now = self._clock()
             table.pending = [p for p in table.pending if not p.expired(now)]
+            table.rejected = [r for r in table.rejected if not r.expired(now)]
             yield table
             after = _dump(table)
             if after != before:
@@ -248,7 +313,7 @@ class PairingStore:
         try:
             raw = json.loads(self.path.read_bytes())
         except FileNotFoundError:
-            return _Table([], [])
+            return _Table([], [], [])
         except (OSError, ValueError) as exc:
             raise PairingError(f"{self.path}: cannot be read ({exc}); fix or remove it") from exc
         try:
@@ -274,6 +339,15 @@ class PairingStore:
                     )
                     for a in raw.get("approved", [])
                 ],
+                rejected=[
+                    Rejected(
+                        str(r["channel"]),
+                        str(r["sender_id"]),
+                        str(r.get("name", "")),
+                        _epoch(r["rejected_at"]),
+                    )
+                    for r in raw.get("rejected", [])
+                ],
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise PairingError(
@@ -282,9 +356,9 @@ class PairingStore:
 
 
 def _dump(table: _Table) -> str:
-    def shown(item: Pending | Approved) -> dict[str, Any]:
+    def shown(item: Pending | Approved | Rejected) -> dict[str, Any]:
         fields = asdict(item)
-        for key in ("created_at", "replied_at", "approved_at"):
+        for key in ("created_at", "replied_at", "approved_at", "rejected_at"):
             if key in fields:
                 fields[key] = _iso(fields[key])
         return fields
@@ -293,6 +367,7 @@ def _dump(table: _Table) -> str:
         "version": 1,
         "approved": [shown(a) for a in table.approved],
         "pending": [shown(p) for p in table.pending],
+        "rejected": [shown(r) for r in table.rejected],
     }
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 

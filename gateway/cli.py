@@ -297,12 +297,18 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("-v", "--verbose", action="store_true", help="show debug logs")
     add("status", cmd_status, "show configuration, workspace, sessions and memory")
     pairing = add_loaded(
-        "pairing", cmd_pairing, "let people in by pairing code: list, approve, revoke"
+        "pairing", cmd_pairing, "let people in by pairing code: list, approve, reject, revoke"
     )
     steps = pairing.add_subparsers(dest="action", required=True, metavar="ACTION")
     steps.add_parser("list", help="pending codes and approved senders", parents=[common])
     approve = steps.add_parser("approve", help="let in the sender holding CODE", parents=[common])
     approve.add_argument("code", metavar="CODE", help="the code the stranger was given")
+    reject = steps.add_parser(
+        "reject", help="drop a waiting code, freeing its place", parents=[common]
+    )
+    which_codes = reject.add_mutually_exclusive_group(required=True)
+    which_codes.add_argument("code", nargs="?", metavar="CODE", help="the code to drop")
+    which_codes.add_argument("--all", action="store_true", help="every waiting code")
     revoke = steps.add_parser("revoke", help="take an approval back", parents=[common])
     revoke.add_argument("address", metavar="CHANNEL:ID", help="e.g. telegram:123456")
 

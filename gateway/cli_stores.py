@@ -11,7 +11,7 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 
-from channels.pairing import PairingError, PairingStore
+from channels.pairing import PairingError, PairingStore, Pending
 from gateway.clock import SystemClock
 from gateway.config import Config
 from gateway.control import request, socket_path
@@ -26,7 +26,8 @@ from memory.search_display import format_hits, terminal_progress
 
 
 def cmd_pairing(config: Config, args: argparse.Namespace) -> int:
-    """List, approve and revoke; a running service reads the change on its next message."""
+    """List, approve, reject and revoke in the pairing file, which a running service reads under
+    its lock on every stranger's message: the change holds from their next message on."""
     store = PairingStore(config.state_dir)
     try:
         if args.action == "approve":
@@ -35,6 +36,9 @@ def cmd_pairing(config: Config, args: argparse.Namespace) -> int:
                 f"approved {approved.address} ({approved.name or 'no name'}); "
                 "their next message is answered"
             )
+        elif args.action == "reject":
+            codes = store.reject_all() if args.all else [store.reject(args.code)]
+            print(_rejected(codes, every=args.all))
         elif args.action == "revoke":
             revoked = store.revoke(args.address)
             print(f"revoked {revoked.address}; their next message goes unanswered")
@@ -45,8 +49,20 @@ def cmd_pairing(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _rejected(codes: list[Pending], *, every: bool) -> str:
+    if not codes:
+        return "no pairing codes were waiting"
+    if every:
+        who = ", ".join(f"{p.code} ({p.channel}:{p.sender_id})" for p in codes)
+        head = f"rejected {len(codes)} pairing code(s): {who}"
+    else:
+        [one] = codes
+        head = f"rejected {one.code} ({one.channel}:{one.sender_id}, {one.name or 'no name'})"
+    return f"{head}; no new code for them for an hour, and the next stranger can get one now"
+
+
 def _pairing_table(store: PairingStore) -> str:
-    lines = ["pending codes (valid for an hour; `memgate pairing approve CODE`):"]
+    lines = ["pending codes (valid for an hour; `memgate pairing approve|reject CODE`):"]
     lines += [
         f"  {p.code}  {p.channel}:{p.sender_id}  {p.name or '-'}  asked {_when(p.created_at)}"
         for p in store.pending()
@@ -56,6 +72,10 @@ def _pairing_table(store: PairingStore) -> str:
         f"  {a.address}  {a.name or '-'}  by {a.approved_by} {_when(a.approved_at)}"
         for a in store.approved()
     ] or ["  (none)"]
+    held = store.rejected()
+    if held:
+        lines.append("rejected (no new code for an hour after):")
+        lines += [f"  {r.address}  {r.name or '-'}  {_when(r.rejected_at)}" for r in held]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from channels.admission import AccessError, AllowList, Request, Rules, Verdict, 
 from channels.pairing import (
     CODE_TTL,
     REPLY_EVERY,
+    Answer,
     PairingError,
     PairingStore,
     new_code,
@@ -167,6 +168,36 @@ def test_approve_and_revoke_are_kept_in_the_state_folder(tmp_path: Path) -> None
         cli.revoke("telegram:666")
     with pytest.raises(PairingError, match="CHANNEL:ID"):
         cli.revoke("666")
+
+
+def test_reject_frees_a_slot_and_holds_the_sender_back_for_an_hour(tmp_path: Path) -> None:
+    """A rejected code frees its place at once; its sender gets no new code until the hour is up."""
+    clock = Clock()
+    store = PairingStore(tmp_path / "state", clock)
+    codes = [store.request("telegram", sender).code for sender in ("1", "2", "3")]
+    assert all(codes) and store.request("telegram", "4").code is None
+    rejected = store.reject(str(codes[0]).lower())
+    assert (rejected.sender_id, rejected.code) == ("1", codes[0])
+    assert store.request("telegram", "1") == Answer(None, reply=False)  # held, with a place free
+    assert store.request("telegram", "4").code
+    assert [r.sender_id for r in store.rejected()] == ["1"]
+    with pytest.raises(PairingError, match="no pending pairing code"):
+        store.reject(str(codes[0]))
+    clock.now += CODE_TTL
+    assert store.rejected() == []
+    assert store.request("telegram", "1").code
+
+
+def test_reject_all_clears_one_channel_or_every_channel(tmp_path: Path) -> None:
+    """reject_all empties the waiting codes (of a channel when given) and approves nobody."""
+    store = PairingStore(tmp_path / "state", Clock())
+    for channel, sender in (("telegram", "1"), ("telegram", "2"), ("discord", "3")):
+        assert store.request(channel, sender).code
+    assert [p.sender_id for p in store.reject_all("telegram")] == ["1", "2"]
+    assert [p.sender_id for p in store.pending()] == ["3"]
+    assert [p.sender_id for p in store.reject_all()] == ["3"]
+    assert store.pending() == [] and store.approved() == [] and store.reject_all() == []
+    assert not store.is_approved("telegram", "1")
 
 
 def test_a_broken_file_lets_nobody_in_and_is_kept(tmp_path: Path) -> None:

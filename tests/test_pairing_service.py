@@ -96,3 +96,54 @@ async def test_sighup_reloads_allow_from_without_a_restart(
     assert logged.count("memgate started") == 1  # one start: reloaded, not restarted
     assert "allow_from" not in logged.split("needs a restart", 1)[1].splitlines()[0]
     assert "sk-attach-secret" not in logged
+
+
+async def test_cli_rejects_codes_so_new_strangers_get_one_while_the_service_runs(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Three waiting codes lock a fourth stranger out; reject CODE and reject --all free the slots
+    at once, and a rejected sender gets no new code."""
+    config = service_config(tmp_path, fake_llm, fake_telegram)
+    sent = fake_telegram.sent
+    cli = ("--config", str(config))
+
+    async def owner_answered(count: int) -> None:
+        # The owner's message is judged after the strangers' before it: once it is answered,
+        # theirs were handled (with a reply or without).
+        fake_telegram.message("owner here", user_id=42, chat_id=42)
+        await fake_telegram.wait_for(lambda: len(sent(42)) == count)
+
+    async with memgate_run(config, tmp_path):
+        for stranger in (601, 602, 603):
+            fake_telegram.message("hi", user_id=stranger, chat_id=stranger, username="s")
+        await fake_telegram.wait_for(lambda: all(len(sent(s)) == 1 for s in (601, 602, 603)))
+        fake_telegram.message("me too", user_id=604, chat_id=604, username="jam")
+        await owner_answered(1)
+        assert sent(604) == []  # three codes wait: the cap holds
+        [code] = set(CODE.findall(sent(601)[0]["text"]))
+        status, out, err = await memgate("pairing", "reject", code.lower(), *cli, home=tmp_path)
+        assert status == 0 and f"rejected {code} (telegram:601" in out, err
+        fake_telegram.message("again", user_id=601, chat_id=601, username="s")
+        await owner_answered(2)
+        assert len(sent(601)) == 1  # rejected: no new code to ask with, though a place is free
+        fake_telegram.message("me too", user_id=604, chat_id=604, username="jam")
+        await fake_telegram.wait_for(lambda: len(sent(604)) == 1)
+        assert CODE.search(sent(604)[0]["text"])
+        status, out, err = await memgate("pairing", "reject", "--all", *cli, home=tmp_path)
+        assert status == 0 and "rejected 3 pairing code(s)" in out, err
+        for sender in ("telegram:602", "telegram:603", "telegram:604"):
+            assert sender in out
+        fake_telegram.message("hello", user_id=605, chat_id=605, username="new")
+        await fake_telegram.wait_for(lambda: len(sent(605)) == 1)
+        [fresh] = set(CODE.findall(sent(605)[0]["text"]))
+        status, out, _ = await memgate("pairing", "list", *cli, home=tmp_path)
+        assert f"{fresh}  telegram:605" in out and "telegram:601" in out
+        status, out, err = await memgate("pairing", "reject", code, *cli, home=tmp_path)
+        assert status == 1 and f"no pending pairing code {code}" in err
+    assert [last_user_text(r) for r in fake_llm.chat_requests()] == ["owner here"] * 2
+    status, out, err = await memgate("pairing", "reject", *cli, home=tmp_path)
+    assert status == 2 and "CODE --all" in err
+    status, out, err = await memgate("pairing", "reject", "--all", *cli, home=tmp_path)
+    assert status == 0 and "rejected 1 pairing code(s): " in out and "telegram:605" in out, err
+    status, out, err = await memgate("pairing", "reject", "--all", *cli, home=tmp_path)
+    assert status == 0 and "no pairing codes were waiting" in out, err
