@@ -37,7 +37,7 @@ from gateway.scope import scope_for
 from gateway.session_lock import SessionLock
 from gateway.status import chat_status
 from gateway.tool_steps import close_interrupted, run_tool_step
-from gateway.tools import ToolBox, ToolRegistry, turn_origin
+from gateway.tools import MemorySeen, ToolBox, ToolRegistry, turn_memory, turn_origin
 from gateway.turn_notes import mark_stopped, tool_note
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
@@ -332,6 +332,8 @@ class AgentLoop:
         scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
         tools = self.tools.for_scope(scope)
         system = await self.context.system_prompt(scope)
+        # The MEMORY.md this turn saw in its prompt: what a write_file of it is compared with.
+        turn_memory.set(MemorySeen(self.context.memory_shown(scope)))
         current = _current_message(
             self.context.user_content(replace(message, text=prepared.text)), prepared.images
         )

@@ -74,6 +74,7 @@ RUNTIME_CLOSE = "[end of runtime context]"
 class _Snapshot:
     key: tuple[object, ...]  # the files' (path, mtime, size) when it was rendered
     text: str
+    memory: str | None  # the MEMORY.md text it shows (None: a scope without memory)
 
 
 class ContextBuilder:
@@ -136,17 +137,28 @@ class ContextBuilder:
         if cached is not None and cached.key == key:
             return cached.text
         # Fingerprinted before reading: an edit that lands during the render is seen next time.
-        text = await asyncio.to_thread(self._render, scope)
+        text, memory = await asyncio.to_thread(self._render, scope)
         if len(self._cache) > 256:  # one entry per group chat seen
             self._cache.clear()
-        self._cache[scope] = _Snapshot(key, text)
+        self._cache[scope] = _Snapshot(key, text, memory)
         return text
+
+    def memory_shown(self, scope: Scope) -> str | None:
+        """The MEMORY.md text the scope's last system prompt was built from (None: none).
+
+        Asked right after `system_prompt(scope)`, with no await between, it is that prompt's: what
+        the turn's model saw, which write_file on MEMORY.md compares against (gateway/tools.py).
+        """
+        cached = self._cache.get(scope)
+        return cached.memory if cached is not None else None
 
     def files_changed(self) -> None:
         """Look at the files again on the next turn of every scope (a tool may have written one)."""
         self._looked.clear()
 
-    def _render(self, scope: Scope) -> str:
+    def _render(self, scope: Scope) -> tuple[str, str | None]:
+        """The prompt, and the MEMORY.md text it was built from (None for a scope without)."""
+        memory_text = None
         if scope.memory:
             parts = [IDENTITY.strip(), PRIVATE_WORKSPACE.strip(), ANSWERING.strip(), SEARCH_PROMPT]
             names: tuple[str, ...] = BOOTSTRAP_FILES
@@ -164,15 +176,15 @@ class ContextBuilder:
                 if body:
                     files.append((f"## {name}", Part(name, body)))
         if scope.memory:
-            memory = Part("memory/MEMORY.md", self.memory.read_memory().strip())
-            files.append(("# Memory", memory))
+            memory_text = self.memory.read_memory()
+            files.append(("# Memory", Part("memory/MEMORY.md", memory_text.strip())))
             note = self.memory.read_daily_note().strip()
             if note:
                 day = self.memory.today().isoformat()
                 files.append((f"# Today's note ({day})", Part(f"memory/{day}.md", note)))
         for heading, part in zip([h for h, _ in files], self._capped(parts, files), strict=True):
             parts.append(f"{heading}\n\n{part.text}")
-        return "\n\n".join(parts) + "\n"
+        return "\n\n".join(parts) + "\n", memory_text
 
     def _capped(self, head: list[str], files: list[tuple[str, Part]]) -> list[Part]:
         """The files cut to their share of the budget (whole if there is no budget)."""

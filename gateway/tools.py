@@ -2,7 +2,9 @@
 
 Paths are resolved with symlinks followed and checked against the turn's scope (gateway/scope.py);
 `..`, absolute paths and links that land outside it are refused. A tool's failure is returned to the
-model as text.
+model as text. MEMORY.md is only ever compare-and-written: write_file replaces it only if it still
+holds the text the turn last saw (`turn_memory`), so a consolidation that landed meanwhile is never
+undone.
 """
 
 from __future__ import annotations
@@ -32,6 +34,24 @@ MAX_LIST_ENTRIES = 500
 # The message the running turn answers, set by the agent in the turn's own task: tools that act
 # for a chat (scheduling a reminder) read which chat that is, never the model's say-so.
 turn_origin: ContextVar[InboundMessage | None] = ContextVar("turn_origin", default=None)
+
+
+@dataclass
+class MemorySeen:
+    """The MEMORY.md text the running turn last saw: in its prompt, by read_file, or as it wrote
+    it (None: it has seen none)."""
+
+    text: str | None = None
+
+
+# The running turn's MemorySeen, set by the agent in the turn's own task. The tools run in worker
+# threads with a copy of that context, so they update the one object rather than set the variable.
+turn_memory: ContextVar[MemorySeen | None] = ContextVar("turn_memory", default=None)
+
+MEMORY_CHANGED = (
+    "memory/MEMORY.md changed since you last saw it (memgate may have added facts); read it "
+    "again and make your change on top of what it holds now"
+)
 
 
 class ToolError(Exception):
@@ -117,8 +137,9 @@ class WorkspaceFiles:
     """read_file, write_file, edit_file and list_dir, confined to what one scope may reach.
 
     MEMORY.md and HISTORY.md go through the memory writer: a rewrite of MEMORY.md keeps the previous
-    text under memory/versions/, and HISTORY.md only grows (a write that keeps its text and adds
-    to the end is an append; anything else is refused).
+    text under memory/versions/ and happens only if the file still holds what the turn last saw
+    (write_file) or what the edit was made on (edit_file); HISTORY.md only grows (a write that
+    keeps its text and adds to the end is an append; anything else is refused).
     """
 
     def __init__(self, guard: ScopeGuard, memory: MemoryFiles) -> None:
@@ -139,8 +160,13 @@ class WorkspaceFiles:
         path = self.resolve(arguments.get("path"))
         if not path.is_file():
             raise ToolError(f"no such file: {self.relative(path)}")
+        memory = self.guard.same_file(path, self.memory.memory_md)
         with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(MAX_READ_CHARS + 1)
+            # MEMORY.md whole: the turn has now seen this text, and a write_file compares with it.
+            text = handle.read() if memory else handle.read(MAX_READ_CHARS + 1)
+        seen = turn_memory.get()
+        if memory and seen is not None:
+            seen.text = text
         if len(text) > MAX_READ_CHARS:
             return text[:MAX_READ_CHARS] + f"\n[... truncated at {MAX_READ_CHARS} characters]"
         return text
@@ -167,12 +193,29 @@ class WorkspaceFiles:
             atomic_write(path, text)
 
     def _write_memory(self, text: str) -> str:
-        kept = self.memory.write_memory(text)
+        seen = turn_memory.get()
+        if seen is None or seen.text is None:
+            raise ToolError("read memory/MEMORY.md before replacing it")
+        kept = self._replace_memory(text, seen.text)
         if kept is None:
             return "memory/MEMORY.md already had this text; nothing changed"
         return (
             f"Wrote {len(text)} characters to memory/MEMORY.md (previous text kept as {kept.name})"
         )
+
+    def _replace_memory(self, text: str, expected: str) -> Path | None:
+        """Compare-and-write MEMORY.md: `text` replaces it only if it still holds `expected`
+        (else the model is told to read it again), so a write landed since is never undone."""
+        try:
+            kept = self.memory.write_memory(text, expected=expected)
+        except MemoryChangedError:
+            raise ToolError(MEMORY_CHANGED) from None
+        seen = turn_memory.get()
+        # The turn knows the new text only if it had seen the one it replaced: after an edit of
+        # text it never saw, a write_file of its older view must still be refused.
+        if seen is not None and seen.text == expected:
+            seen.text = text
+        return kept
 
     def _append_history(self, content: str) -> str:
         current = self.memory.read_history()
@@ -202,11 +245,7 @@ class WorkspaceFiles:
             where = "not found" if count == 0 else f"found {count} times; give more context"
             raise ToolError(f"old_text {where} in {self.relative(path)}")
         if self.guard.same_file(path, self.memory.memory_md):
-            try:
-                # Compare-and-write: a consolidation that landed since the read is never undone.
-                self.memory.write_memory(text.replace(old, new, 1), expected=text)
-            except MemoryChangedError:
-                raise ToolError("memory/MEMORY.md changed meanwhile; read it again") from None
+            self._replace_memory(text.replace(old, new, 1), text)
             return "Edited memory/MEMORY.md (previous text kept in memory/versions/)"
         self._replace(path, text.replace(old, new, 1))
         return f"Edited {self.relative(path)}"

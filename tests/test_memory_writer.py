@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import shutil
 from collections import Counter
@@ -12,11 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import Runtime
+from gateway.scope import ScopeGuard, private_scope
 from gateway.status import describe
+from gateway.tools import MemorySeen, ToolRegistry, WorkspaceFiles, turn_memory
 from memory.consolidate import Job
+from memory.files import MemoryFiles
 from memory.sessions import SessionStore
-from tests.conftest import ManualClock, RuntimeFactory, inbound, memgate
-from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, text, tool_call
+from tests.conftest import ManualClock, RuntimeFactory, inbound, memgate, turns
+from tests.fakes.llm import (
+    FakeLLM,
+    is_consolidation,
+    last_user_text,
+    text,
+    tool_call,
+    tool_results,
+)
 
 CHAT = re.compile(r"chat (\S+) turn")
 
@@ -222,3 +233,89 @@ async def test_a_failing_archive_is_tried_again_by_itself_after_its_backoff(
         session = await runtime.sessions.open_archived(archived)
         assert session.unconsolidated == 0
         assert "Talked in 42." in runtime.memory.read_history()
+
+
+def rewrite_turn(body: dict[str, Any]) -> bool:
+    return not is_consolidation(body) and "rewrite my memory" in last_user_text(body)
+
+
+def write_back_what_was_read(body: dict[str, Any]) -> dict[str, Any]:
+    """A write_file of MEMORY.md as the model's last read_file showed it, plus one note."""
+    content = tool_results(body)[-1] + "- the user's cat is called Miso\n"
+    return tool_call("write_file", {"path": "memory/MEMORY.md", "content": content})
+
+
+async def test_a_consolidation_landing_during_a_write_file_turn_keeps_its_fact(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A consolidation landing during a write_file turn keeps its fact; a read, then a write works."""
+    async with make_runtime({"memory": {"window": 4}}) as runtime:
+        stale = runtime.memory.read_memory()
+        release = asyncio.Event()
+        note = stale + "- the user's cat is called Miso\n"
+        written = {"path": "memory/MEMORY.md", "content": note}
+        fake_llm.push(tool_call("write_file", written), hold=release, match=rewrite_turn)
+        fake_llm.push(tool_call("read_file", {"path": "memory/MEMORY.md"}), match=rewrite_turn)
+        fake_llm.push(write_back_what_was_read, match=rewrite_turn)
+        fake_llm.push(text("Saved."), match=rewrite_turn)
+        async with asyncio.TaskGroup() as group:
+            turn = group.create_task(runtime.agent.handle(inbound("rewrite my memory", "7")))
+            await fake_llm.wait_for_requests(1, kind="chat")  # its prompt showed `stale`
+            await turns(runtime, 2)  # another chat reaches its window and consolidates
+            await runtime.consolidator.wait_idle()
+            assert "- Fact from 2 messages" in runtime.memory.read_memory()
+            release.set()
+        assert turn.result() is not None
+        refused, read, wrote = tool_results(fake_llm.chat_requests()[-1])
+        assert refused.startswith("Error:") and "read it again" in refused, refused
+        assert "- Fact from 2 messages" in read
+        assert wrote.startswith("Wrote"), wrote
+        final = runtime.memory.read_memory()
+        assert "- Fact from 2 messages" in final and final.count("cat is called Miso") == 1
+
+
+async def test_write_file_creates_and_replaces_other_files_as_before(
+    runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """write_file creates and replaces files other than MEMORY.md without any read first."""
+    runtime.memory.write_memory("# Long-term Memory\n\nchanged before the turn\n")
+    note = f"memory/{runtime.memory.today().isoformat()}.md"
+    for index, (path, content) in enumerate(
+        [("notes/todo.md", "one"), ("notes/todo.md", "two"), (note, "today")]
+    ):
+        fake_llm.push(tool_call("write_file", {"path": path, "content": content}, f"w{index}"))
+    fake_llm.push(text("ok"))
+    assert await runtime.agent.handle(inbound("write some files"))
+    results = tool_results(fake_llm.chat_requests()[-1])
+    assert all(r.startswith("Wrote") for r in results), results
+    assert (runtime.memory.workspace / "notes/todo.md").read_text() == "two"
+    assert (runtime.memory.workspace / note).read_text() == "today"
+
+
+async def test_an_edit_of_text_the_turn_never_saw_keeps_its_older_view_refused(
+    tmp_path: Path,
+) -> None:
+    """After edit_file changed a MEMORY.md the turn had not seen, a write of its view is refused."""
+    memory = MemoryFiles(tmp_path, UTC)
+    memory.write_memory("# M\n- old fact\n")
+    guard = ScopeGuard(private_scope(), tmp_path, tmp_path / "state")
+    registry = ToolRegistry()
+    for tool in WorkspaceFiles(guard, memory).tools():
+        registry.add(tool)
+
+    async def call(name: str, **arguments: str) -> str:
+        return await registry.execute(name, json.dumps({"path": "memory/MEMORY.md", **arguments}))
+
+    assert "read memory/MEMORY.md before" in await call("write_file", content="# M\n")  # no turn
+    token = turn_memory.set(MemorySeen(memory.read_memory()))  # as the turn's prompt showed it
+    try:
+        memory.write_memory("# M\n- old fact\n- consolidated fact\n")
+        assert (await call("edit_file", old_text="old", new_text="new")).startswith("Edited")
+        assert "read it again" in await call("write_file", content="# M\n- new fact\n")
+        assert "consolidated fact" in memory.read_memory()
+        current = await call("read_file")
+        written = await call("write_file", content=current + "- one more\n")
+        assert written.startswith("Wrote"), written
+        assert memory.read_memory() == "# M\n- new fact\n- consolidated fact\n- one more\n"
+    finally:
+        turn_memory.reset(token)
