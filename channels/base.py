@@ -1,4 +1,5 @@
-"""What every channel shares: the `Channel` protocol, its error, its commands, reply splitting.
+"""What every channel shares: the `Channel` protocol, its error, its commands and the one parser
+of a command's text (the agent's as well), reply splitting.
 
 Imports only `gateway.bus` of ours.
 """
@@ -45,9 +46,29 @@ class ChatCommands:
     greeting: str = ""
 
 
-def is_pair_command(text: str) -> bool:
-    """`/pair` or `/pair CODE`, as an owner approves a stranger from their own chat."""
-    return text.split(maxsplit=1)[:1] == ["/pair"]
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command's name (lower case, without `/` or `@bot`) and what follows it."""
+
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> Command | None:
+    """`/New@MyBot extra` → Command("new", "extra"); anything not starting with `/` → None.
+
+    The one reading of a command, for the channels' own (/pair, /start) and the agent's alike:
+    platforms send whatever capitalisation the person typed, and Telegram may add `@botname`.
+    """
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2 or stripped[1].isspace():
+        return None
+    head, *rest = stripped[1:].split(maxsplit=1)
+    args = rest[0] if rest else ""
+    name = head.split("@", 1)[0].lower()
+    if not name.isidentifier():
+        return None
+    return Command(name, args.strip())
 
 
 # A fence line: its marker and the info string after it (CommonMark).

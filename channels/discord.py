@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp  # discord.py's own transport; imported for its exception types only
 
 from channels.admission import Gate, Request, Verdict
-from channels.base import is_pair_command, split_message
+from channels.base import parse_command, split_message
 from channels.discord_connect import (
     NETWORK_ERRORS,
     Client,
@@ -239,7 +239,9 @@ class DiscordChannel:
         text = clean_content(message, me.id)
         if not text and not message.attachments:
             return  # e.g. a bare mention of the bot
-        if not is_group and is_pair_command(text) and self._pairing is not None:
+        command = parse_command(text)  # read as the agent reads its own
+        in_dm_with_pairing = not is_group and self._pairing is not None
+        if in_dm_with_pairing and command is not None and command.name == "pair":
             self._track(
                 self._answer_pair(message, decision.owner, text), f"discord pair {message.id}"
             )

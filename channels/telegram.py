@@ -27,7 +27,7 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHand
 from telegram.request import HTTPXRequest
 
 from channels.admission import Decision, Gate, Verdict
-from channels.base import ChatCommands, is_pair_command
+from channels.base import ChatCommands, parse_command
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram_connect import TelegramConfigError, file_url, retrying
@@ -284,7 +284,9 @@ class TelegramChannel:
             self._answer_stranger(target, sender_id, user.full_name)
         if decision.verdict is not Verdict.ADMIT:
             return False
-        if not is_group and is_pair_command(text) and self._pairing is not None:
+        command = parse_command(text)
+        name = command.name if command is not None else ""  # read as the agent reads its own
+        if name == "pair" and not is_group and self._pairing is not None:
             self._spawn(self._answer_pair(target, sender_id, decision.owner, text))
             return False
         if not text and next(attachments(message), None) is None:
@@ -293,7 +295,7 @@ class TelegramChannel:
             if message.effective_attachment is not None and (addressed or not is_group):
                 self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
             return False
-        if text.split(maxsplit=1)[:1] == ["/start"] and self._commands.greeting:
+        if name == "start" and self._commands.greeting:
             self._spawn(self.send(self._outbound(target, self._commands.greeting)))
             return False
         previous = self._tails.get(target)

@@ -2,12 +2,16 @@
 
 `/help`, Telegram's command menu and Telegram's `/start` greeting are all generated from `COMMANDS`;
 the agent dispatches the ones it handles by name, the channels answer the others (`/pair` in a DM).
+Both read a command with `parse_command`, which lives in `channels.base` so the channels can reach
+it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from channels.base import parse_command as parse_command  # re-exported: the agent's reading
 
 # Where a command is offered: in /help, in Telegram's command menu.
 Scope = Literal["help", "menu"]
@@ -85,25 +89,6 @@ def greeting() -> str:
     """What Telegram's `/start` answers: a hello and the menu's commands."""
     names = ", ".join(f"/{name}" for name, _ in command_menu())
     return f"Hi! I'm your memgate assistant: just write to me, or use a command: {names}."
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    name: str
-    args: str
-
-
-def parse_command(text: str) -> Command | None:
-    """`/new@mybot extra` → Command("new", "extra"); anything not starting with `/` → None."""
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2 or stripped[1].isspace():
-        return None
-    head, *rest = stripped[1:].split(maxsplit=1)
-    args = rest[0] if rest else ""
-    name = head.split("@", 1)[0].lower()
-    if not name.isidentifier():
-        return None
-    return Command(name, args.strip())
 
 
 def command_args(text: str) -> str:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from gateway.commands import AGENT_COMMANDS, COMMANDS, HELP_TEXT, command_menu, greeting
+import pytest
+
+from channels.base import Command
+from gateway.commands import (
+    AGENT_COMMANDS,
+    COMMANDS,
+    HELP_TEXT,
+    command_menu,
+    greeting,
+    parse_command,
+)
 
 
 def test_help_lists_every_help_command_once_in_registry_order() -> None:
@@ -28,3 +38,25 @@ def test_menu_and_greeting_name_the_same_commands() -> None:
 def test_the_agent_answers_only_its_own_commands() -> None:
     """/pair is answered by the channels, so it is not one of the agent's commands."""
     assert {"new", "stop", "status", "jobs", "help"} == AGENT_COMMANDS
+
+
+@pytest.mark.parametrize(
+    ("text", "command"),
+    [
+        ("/pair KX7P4M2Q", Command("pair", "KX7P4M2Q")),
+        ("/Pair kx7p4m2q", Command("pair", "kx7p4m2q")),
+        ("/START", Command("start", "")),
+        ("/Start@Memgate_Bot", Command("start", "")),
+        ("  /jobs@memgate_bot cancel ab12 ", Command("jobs", "cancel ab12")),
+        ("/help\nmore", Command("help", "more")),
+        ("hello /new", None),
+        ("/ new", None),
+        ("/", None),
+        ("/1x", None),
+    ],
+)
+def test_one_parser_reads_any_capitalisation_and_a_bot_suffix(
+    text: str, command: Command | None
+) -> None:
+    """A command's name is read in lower case without `@bot`; its argument is kept as typed."""
+    assert parse_command(text) == command
