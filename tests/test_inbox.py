@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -9,6 +10,10 @@ import pytest
 
 import channels.inbox
 from channels.inbox import Inbox
+from channels.telegram import TelegramChannel
+from gateway.app import Runtime
+from tests.conftest import telegram_inbox_pending
+from tests.fakes.telegram_api import WAIT, FakeTelegram, make_channel, running
 
 
 def update(update_id: int, text: str = "hi") -> dict[str, object]:
@@ -162,3 +167,25 @@ def test_open_twice_raises(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="already"):
         inbox.open()
     inbox.close()
+
+
+async def test_a_command_is_done_in_the_journal_before_its_reply_is_out(
+    fake_telegram: FakeTelegram, runtime: Runtime
+) -> None:
+    """/new's reply held by Telegram: its entry is already done, so a stop then (or a kill) does
+    not run the command again at the next start; only the next message is answered."""
+    workspace = runtime.config.workspace
+
+    def channel() -> TelegramChannel:
+        handle = runtime.agent.handle
+        return make_channel(fake_telegram, workspace.parent, handle, workspace=workspace)
+
+    async with running(channel()):
+        with fake_telegram.sends_unanswered() as arrived:
+            update_id = fake_telegram.message("/new")
+            await asyncio.wait_for(arrived.wait(), WAIT)
+            assert update_id not in telegram_inbox_pending(runtime.config.state_dir)
+    async with running(channel()):
+        fake_telegram.message("hello again")
+        await fake_telegram.wait_for(lambda: len(fake_telegram.sent(42)) == 1)
+    assert [p["text"] for p in fake_telegram.sent(42)] == ["echo: hello again"]
