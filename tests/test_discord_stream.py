@@ -10,6 +10,7 @@ import pytest
 from channels.base import FENCE, split_message
 from channels.live import EVERY
 from gateway.app import Runtime
+from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, serving
 from tests.fakes.llm import FakeLLM, text
 
@@ -76,3 +77,26 @@ async def test_streaming_off_sends_whole(
         await fake.wait_for(lambda: fake.shown(DM) == [ANSWER.strip()])
     assert fake.edits(DM) == []
     assert "stream" not in fake_llm.chat_requests()[0]
+
+
+async def test_an_answer_unlike_what_streamed_is_sent_whole(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    """A reply that is not what streamed (an error after some text) is sent whole, though a
+    finished message of the streamed text is already out: it replaces the message in progress."""
+    streamed = "Words that fill more than one Discord message as they stream. " * 40
+    first = split_message(streamed, 2000)[0]
+    apology = "Sorry, something went wrong while answering (the connection dropped)."
+
+    async def handler(
+        message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage:
+        assert stream is not None
+        await stream.write(streamed)
+        await fake.wait_for(lambda: first in fake.shown(DM))  # a finished part is out
+        return OutboundMessage(message.channel, message.chat_id, apology)
+
+    async with serving(fake, handler, tmp_path):
+        await fake.send_message(DM, ALICE, "tell me")
+        await fake.wait_for(lambda: apology in fake.shown(DM))
+    assert fake.shown(DM) == [first, apology]
