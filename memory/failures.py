@@ -102,7 +102,7 @@ def read_failure_report(path: Path) -> dict[str, dict[str, Any]]:
     """The failing sessions a running gateway reported, by key; empty if none or unreadable."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # or nested past what the decoder recurses
         return {}
     failing = data.get("failing") if isinstance(data, dict) else None
     return failing if isinstance(failing, dict) else {}

@@ -82,7 +82,7 @@ def render_session_line(text: str, tz: tzinfo) -> str:
     """A JSONL session line as a person would read it."""
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder recurses
         return text
     if not isinstance(record, dict):
         return text

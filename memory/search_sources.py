@@ -274,7 +274,7 @@ def _session(lines: list[_Line], start: Cursor, tz: tzinfo) -> tuple[list[Entry]
 def _json(text: str) -> dict[str, Any] | None:
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder recurses
         return None
     return record if isinstance(record, dict) else None
 

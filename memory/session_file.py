@@ -2,8 +2,8 @@
 
 One line per record: a metadata line first, then messages in chat-API shape (plus a timestamp)
 and markers (`consolidated`, `delivered`). Reading keeps only lines that end in a newline, and
-skips a corrupt or wrong-shaped line with a warning instead of giving up on the file. Appending
-writes whole lines with one fsync, and takes back a write cut short.
+skips a corrupt, too deeply nested or wrong-shaped line with a warning instead of giving up on the
+file. Appending writes whole lines with one fsync, and takes back a write cut short.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def parse_session_bytes(
             continue
         try:
             record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            # RecursionError: nested deeper than the decoder recurses (about a thousand levels).
             log.warning("skipping corrupt line file=%s %s", origin, _where(number, at, offset))
             continue
         if not isinstance(record, dict):

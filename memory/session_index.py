@@ -156,7 +156,7 @@ def _read_index(path: Path) -> SessionIndex | None:
         index = SessionIndex(**raw)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         log.warning("session index unreadable, reading the whole file file=%s error=%s", path, exc)
         return None
     numbers = (index.size, index.messages, index.pointer, index.base, index.base_offset)

@@ -89,7 +89,9 @@ async def test_without_an_index_the_whole_file_is_read_once_and_the_index_writte
     assert json.loads(index_path(path).read_text())["base"] == 100
 
 
-@pytest.mark.parametrize("damage", ["truncated", "rewritten", "garbage index", "pointer back"])
+@pytest.mark.parametrize(
+    "damage", ["truncated", "rewritten", "garbage index", "deep index", "pointer back"]
+)
 async def test_a_stale_or_wrong_index_falls_back_to_the_whole_file(
     tmp_path: Path, damage: str
 ) -> None:
@@ -104,6 +106,8 @@ async def test_a_stale_or_wrong_index_falls_back_to_the_whole_file(
         path.write_bytes(b"".join([lines[0], *lines[2:], *lines[-3:]]))
     elif damage == "garbage index":
         index_path(path).write_text("{not json")
+    elif damage == "deep index":  # nested past what the JSON decoder recurses through
+        index_path(path).write_text("[" * 100_000 + "]" * 100_000)
     else:  # a hand-written marker moves the pointer back before the loaded part
         back = {"_type": "consolidated", "last_consolidated": 5, "timestamp": "x"}
         path.write_bytes(data + json.dumps(back).encode() + b"\n")

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memory.failures import read_failure_report
+from memory.search import MemorySearch
 from memory.session_file import file_name, key_from_file_name, parse_session_bytes
 from memory.sessions import SessionStore, history_window, legal_messages
 from tests.conftest import RuntimeFactory, inbound
@@ -224,3 +226,48 @@ async def test_new_on_a_session_not_yet_written_keeps_one_object_and_one_metadat
         lines = path.read_bytes().splitlines()
         kinds = [json.loads(line).get("_type") for line in lines]
         assert kinds[0] == "metadata" and kinds.count("metadata") == 1, path.name
+
+
+DEEP = 100_000  # levels of nesting: far past the interpreter's recursion limit
+
+
+async def test_a_deeply_nested_line_costs_only_itself(
+    tmp_path: Path,
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A line nested 100k deep is skipped with one warning: the chat, /status and search go on."""
+    sessions = tmp_path / "workspace" / "sessions"
+    sessions.mkdir(parents=True)
+    deep = '{"role":"user","content":' + "[" * DEEP + "]" * DEEP + "}"
+    (sessions / file_name("test:42")).write_text(
+        '{"role":"user","content":"before the knot","timestamp":"2026-01-01T10:00:00+00:00"}\n'
+        f"{deep}\n"
+        '{"role":"assistant","content":"after the knot","timestamp":"2026-01-01T10:00:01+00:00"}\n'
+    )
+    with caplog.at_level(logging.WARNING):
+        async with make_runtime() as runtime:
+            reply = await runtime.agent.handle(inbound("still there?"))
+            assert reply is not None and reply.text == "echo: still there?"
+            status = await runtime.agent.handle(inbound("/status"))
+            assert status is not None and "Messages: 4" in status.text
+    skipped = [r for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(skipped) == 1 and "line=2" in skipped[0].getMessage()
+    sent = fake_llm.chat_requests()[-1]["messages"]
+    assert [m.get("content") for m in sent[1:3]] == ["before the knot", "after the knot"]
+    search = MemorySearch(tmp_path / "workspace", UTC)
+    try:
+        [hit] = await search.search("knot after")
+        assert hit.path == "sessions/test:42.jsonl"
+        shown = await search.get("sessions/test:42.jsonl", 2, 1)
+        assert shown.splitlines()[1].startswith('2: {"role":"user","content":[[[')
+    finally:
+        await search.aclose()
+
+
+def test_a_deeply_nested_failure_report_reads_as_none(tmp_path: Path) -> None:
+    """A consolidation failure report nested 100k deep reads as no failures, not an error."""
+    path = tmp_path / "consolidation-failures.json"
+    path.write_text("[" * DEEP + "]" * DEEP)
+    assert read_failure_report(path) == {}
