@@ -386,6 +386,7 @@ class TelegramChannel:
             media=tuple(media),
             is_group=message.chat.type in GROUPS,
             sender_is_owner=self._gate.is_owner(str(user.id), user.username),
+            sender_username=user.username,  # a job records it: allow_from may list @names
             mentioned=addressed,
             message_id=str(message.message_id),
             session_key=topic,

@@ -2,7 +2,8 @@
 
 Only the access settings of each channel (`allow_from`, `dm_policy`, `group_policy`) change in the
 running process; any other key that differs from the running configuration is logged as needing a
-restart. A file that does not load leaves everything as it was.
+restart. A file that does not load leaves everything as it was. `AccessInForce` holds the settings
+in force, so the scheduler can ask whether a job's maker is still an owner when the job runs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from channels.admission import AllowList
 from gateway.config import Config
 from gateway.config_file import load_config
 from gateway.errors import ConfigError
@@ -18,6 +20,7 @@ from gateway.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ACCESS_KEYS = ("allow_from", "dm_policy", "group_policy")
+CHAT_CHANNELS = ("telegram", "discord")  # the channels with an allow-list
 
 
 class AccessControlled(Protocol):
@@ -41,7 +44,7 @@ def reload_access(current: Config, channels: Iterable[AccessControlled]) -> Conf
         name: getattr(current.channels, name).model_copy(
             update={key: getattr(getattr(fresh.channels, name), key) for key in ACCESS_KEYS}
         )
-        for name in ("telegram", "discord")
+        for name in CHAT_CHANNELS
     }
     applied: list[str] = []
     for channel in channels:
@@ -65,6 +68,24 @@ def reload_access(current: Config, channels: Iterable[AccessControlled]) -> Conf
     if waiting:
         log.warning("config reload: needs a restart to change %s", ", ".join(waiting))
     return in_force
+
+
+class AccessInForce:
+    """The configuration whose access settings are in force: the loaded one, then each reload's."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def reload(self, channels: Iterable[AccessControlled]) -> None:
+        self.config = reload_access(self.config, channels)
+
+    def is_owner(self, channel: str, sender_id: str, username: str | None) -> bool:
+        """Listed in the channel's allow_from now (by id, or by @name on Telegram)."""
+        if channel not in CHAT_CHANNELS:
+            return True  # the terminal has no allow-list: its user holds the workspace
+        section = getattr(self.config.channels, channel)
+        allowed: list[str] = section.allow_from
+        return AllowList(allowed).is_owner(sender_id, username)
 
 
 def changed_keys(old: Config, new: Config) -> list[str]:

@@ -64,6 +64,8 @@ class InboundMessage:
     message_id: str | None = None
     # Session key override for sub-conversations (Telegram forum topics, Discord threads).
     session_key: str | None = None
+    # The sender's @name where allow_from may list people by it (Telegram); a job records it.
+    sender_username: str | None = None
 
     def __post_init__(self) -> None:
         if not self.channel or ":" in self.channel:

@@ -2,7 +2,7 @@
 `cancel_job` tools (private chats only) and the `/jobs` command.
 
 The chat a job belongs to is the chat whose turn made it (`turn_origin`), never an argument the
-model could point elsewhere.
+model could point elsewhere; so is its maker, whose rights the job's runs have.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import zoneinfo
 from typing import Any
 
 from gateway.bus import InboundMessage
+from gateway.heartbeat import SESSION as HEARTBEAT_SESSION
 from gateway.jobs import JobError, format_time, new_job
-from gateway.scheduler import Scheduler
+from gateway.scheduler import SCHEDULER_SENDER, Scheduler
 from gateway.tools import Tool, ToolError, turn_origin
 
 GROUP_REFUSAL = "scheduled jobs can be made only in a private chat with the owner"
@@ -42,6 +43,7 @@ class JobTools:
                 raise ToolError(f"{key} must be a string")
             return value or None
 
+        creator, username = self._maker(origin)
         try:
             job = new_job(
                 session=origin.key,
@@ -54,12 +56,25 @@ class JobTools:
                 cron=text("cron"),
                 message=text("message"),
                 prompt=text("prompt"),
+                creator=creator,
+                creator_username=username,
             )
         except JobError as exc:
             raise ToolError(str(exc)) from None
         self.scheduler.add(job)
         assert job.next_run is not None
         return f"Scheduled job {job.id}; first run {format_time(job.next_run, self.tz)}."
+
+    def _maker(self, origin: InboundMessage) -> tuple[str | None, str | None]:
+        """Who makes a job in this turn: its sender, or for the gateway's own turns whoever they
+        stand for (None: the chat's person, as for a job made before makers were recorded)."""
+        if origin.sender_id == SCHEDULER_SENDER:
+            # A job's turn: the job it makes has the maker of the job being run.
+            running = self.scheduler.running(origin.message_id)
+            return (running.creator, running.creator_username) if running else (None, None)
+        if origin.key == HEARTBEAT_SESSION:
+            return None, None  # the owner's checklist, answered for the home chat
+        return origin.sender_id, origin.sender_username
 
     async def _list(self, arguments: dict[str, Any]) -> str:
         return self.describe(self._origin().key)

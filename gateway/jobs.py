@@ -1,6 +1,7 @@
 """Scheduled jobs: what one is, when it runs next, and the file that keeps them across restarts.
 
-A job is tied to the chat it was made in. Its next run is kept in UTC epoch seconds; calendar rules
+A job is tied to the chat it was made in, and records who made it: it runs only while that person
+is an owner (see gateway/scheduler.py). Its next run is kept in UTC epoch seconds; calendar rules
 (`at` without an offset, `cron`) are read in the job's time zone, so 08:00 stays 08:00 across a
 daylight-saving change. The jobs live in `STATE/jobs.json`, rewritten atomically on every change.
 """
@@ -50,6 +51,10 @@ class Job:
     message: str | None = None
     prompt: str | None = None
     created: float = 0.0
+    # Who made it (a sender id, and the @name where the platform has one) and whose rights its runs
+    # have; None in a job made before makers were recorded: its private chat's person then.
+    creator: str | None = None
+    creator_username: str | None = None
     last_due: float | None = None  # the due time of the last run recorded (never run twice)
     paused: str | None = None  # why it is paused; None when active
     pending: str | None = None  # a text made whose delivery failed, to be tried again
@@ -164,6 +169,8 @@ def new_job(
     cron: str | None = None,
     message: str | None = None,
     prompt: str | None = None,
+    creator: str | None = None,
+    creator_username: str | None = None,
 ) -> Job:
     """A checked job from what a person (or the model) asked for."""
     rules = [(k, v) for k, v in (("at", at), ("every", every), ("cron", cron)) if v]
@@ -197,6 +204,8 @@ def new_job(
         message=message.strip() if message else None,
         prompt=prompt.strip() if prompt else None,
         created=now,
+        creator=creator,
+        creator_username=creator_username,
     )
 
 

@@ -6,6 +6,11 @@ due while the process was down runs once if it is at most `grace` seconds late, 
 with a log line. A text that cannot be delivered is kept and tried again a few times; then the job
 is paused with the reason, for `memgate jobs list` to show.
 
+A job runs with the rights its maker has when it runs, not when it was made: each time it comes
+due the scheduler asks the access settings in force (`Owners`, which a reload changes) whether its
+maker is still an owner. If not, the job is paused with that reason before anything is made: no
+model call, no message, not even a reminder's text (the person is no longer served at all).
+
 What a run makes goes through the outbox like any answer: it is stored in the chat's session as
 owed and marked delivered once the platform took it. The run itself (`Job.run`) stays recorded until
 then, so a kill between making and delivering is finished at the next start: a message already
@@ -33,6 +38,14 @@ SCHEDULER_SENDER = "scheduler"
 
 Deliver = Callable[[OutboundMessage], Awaitable[str | None]]
 """Sends a message to a chat nobody is waiting on; None when delivered, else why it was not."""
+
+
+class Owners(Protocol):
+    """Whether a person is an owner now, by the access settings in force (a reload changes them).
+
+    `username` is the @name the person had when they made the job, where the platform has one."""
+
+    def __call__(self, channel: str, sender_id: str, username: str | None) -> bool: ...
 
 
 class JobAgent(Protocol):
@@ -114,9 +127,16 @@ class Scheduler:
     def jobs(self, session: str | None = None) -> list[Job]:
         return [j for j in self.store.all() if session is None or j.session == session]
 
+    def running(self, run: str | None) -> Job | None:
+        """The job whose run `run` is under way (a scheduled turn's message id), if any."""
+        if run is None:
+            return None
+        return next((job for job in self.store.all() if job.run == run), None)
+
     # -- the loop ----------------------------------------------------------------------------------
-    async def run(self, agent: JobAgent, deliver: Deliver) -> None:
-        """Run due jobs through `agent` until cancelled; each job's work runs as its own task."""
+    async def run(self, agent: JobAgent, deliver: Deliver, owners: Owners) -> None:
+        """Run due jobs through `agent` until cancelled; each job's work runs as its own task.
+        A job whose maker `owners` no longer lists is paused instead."""
         if self._started:
             raise RuntimeError("Scheduler.run() was already started")
         self._started = True
@@ -133,6 +153,12 @@ class Scheduler:
                         continue
                     due = job.due
                     if due is None or due > now:
+                        continue
+                    refused = not_an_owner(job, owners)
+                    if refused is not None:
+                        self.store.update(job, paused=refused)
+                        log.warning("job paused id=%s session=%s reason=%s", job.id, job.session,
+                                    refused)  # fmt: skip
                         continue
                     claimed = self._claim(job, now)
                     if claimed is not None:
@@ -205,7 +231,7 @@ class Scheduler:
                 chat_id=job.chat_id,
                 sender_id=SCHEDULER_SENDER,
                 sender_name=f"scheduled job {job.id}",
-                # Only the owner's private chats can make jobs, so its turns are the owner's.
+                # Its maker was an owner when it came due (`not_an_owner`): the owner's scope.
                 sender_is_owner=True,
                 text=job.prompt or "",
                 message_id=job.run,  # marks the turn as scheduled; a replay finds it by this id
@@ -245,3 +271,21 @@ class Scheduler:
             "job delivery failed, trying again id=%s reason=%s delay_s=%.0f", job.id, problem, delay
         )
         self.store.update(current, pending=text, failures=failures, retry_at=self.clock() + delay)
+
+
+def not_an_owner(job: Job, owners: Owners) -> str | None:
+    """Why `job` may not run now (its maker is no longer an owner), or None when it may.
+
+    A job made before makers were recorded is taken as made by its chat: jobs are made only in an
+    owner's private chat, and a Telegram private chat's id is its person's id. Elsewhere (a Discord
+    DM's id is the channel's, not the person's) no owner has that id and the job is paused with a
+    reason saying so."""
+    maker = job.creator or job.chat_id
+    if owners(job.channel, maker, job.creator_username):
+        return None
+    if job.creator is None:
+        return (
+            f"made before memgate recorded who makes a job, and {job.channel} chat {job.chat_id} "
+            "is not an owner's; make it again"
+        )
+    return f"made by {job.channel} user {maker}, no longer an owner"

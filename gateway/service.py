@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, ChatCommands
 from channels.pairing import PairingStore
-from gateway.access import reload_access
+from gateway.access import AccessInForce
 from gateway.app import Runtime, open_runtime
 from gateway.bus import OutboundMessage
 from gateway.commands import command_menu, greeting
@@ -30,7 +30,7 @@ from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.heartbeat import Heartbeat
 from gateway.job_tools import JobTools
-from gateway.scheduler import Deliver
+from gateway.scheduler import Deliver, Owners
 
 if TYPE_CHECKING:
     from channels.discord import DiscordChannel
@@ -128,12 +128,11 @@ async def run_service(config: Config) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     serving: list[TelegramChannel | DiscordChannel] = []
-    in_force = config
+    access = AccessInForce(config)  # the channels' and the scheduler's, changed by a reload
 
     def on_reload() -> None:
-        nonlocal in_force
         log.info("received SIGHUP; reloading access settings from %s", config.source)
-        in_force = reload_access(in_force, serving)
+        access.reload(serving)
 
     loop.add_signal_handler(signal.SIGHUP, on_reload)
     started = time.monotonic()
@@ -143,7 +142,7 @@ async def run_service(config: Config) -> int:
             # collector's full passes (a first large session load would otherwise walk it all).
             gc.freeze()
             # A SIGHUP during start-up already changed what is in force.
-            channels = build_channels(in_force, runtime)
+            channels = build_channels(access.config, runtime)
             serving.extend(channels)
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
@@ -160,7 +159,7 @@ async def run_service(config: Config) -> int:
             async with control_server(
                 socket, runtime.agent.handle, live, owed=runtime.agent.owed, ops=jobs
             ):
-                await _serve(config, runtime, channels, stop)
+                await _serve(config, runtime, channels, stop, access.is_owner)
             log.info("stopping: channels first, then memory")
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -170,7 +169,11 @@ async def run_service(config: Config) -> int:
 
 
 async def _serve(
-    config: Config, runtime: Runtime, channels: Sequence[Channel], stop: asyncio.Event
+    config: Config,
+    runtime: Runtime,
+    channels: Sequence[Channel],
+    stop: asyncio.Event,
+    owners: Owners,
 ) -> None:
     def status() -> dict[str, Any]:
         connected = {channel.name: channel.connected for channel in channels}
@@ -182,7 +185,7 @@ async def _serve(
 
     # One channel's failure comes out as itself; several stay a group, none dropped.
     with unwrap_group():
-        await _supervise(config, runtime, channels, stop, status)
+        await _supervise(config, runtime, channels, stop, status, owners)
 
 
 async def _supervise(
@@ -191,6 +194,7 @@ async def _supervise(
     channels: Sequence[Channel],
     stop: asyncio.Event,
     status: Callable[[], dict[str, Any]],
+    owners: Owners,
 ) -> None:
     async def health() -> None:
         from gateway.health import health_server  # its web server only when it is wanted
@@ -207,7 +211,7 @@ async def _supervise(
         ]
         if config.health.listen:
             tasks.append(group.create_task(health(), name="health"))
-        jobs = runtime.scheduler.run(runtime.agent, deliver)
+        jobs = runtime.scheduler.run(runtime.agent, deliver, owners)
         tasks.append(group.create_task(jobs, name="scheduler"))
         if automation.heartbeat and automation.home:
             beat = Heartbeat(

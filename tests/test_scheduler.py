@@ -4,29 +4,20 @@ with a clock the test moves, so a job due in two minutes needs no two minutes.""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 
-from channels.telegram import TelegramChannel
-from gateway.app import Runtime, open_runtime
 from gateway.bus import OutboundMessage
-from gateway.config import TelegramConfig
 from gateway.heartbeat import Heartbeat
-from gateway.jobs import Job, new_job
 from gateway.service import chat_sender
-from tests.conftest import ManualClock, build_config, deep_merge
+from tests.conftest import ManualClock
 from tests.fakes.llm import FakeLLM, last_user_text, text, tool_call
-from tests.fakes.telegram_api import TOKEN, FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram
+from tests.scheduling import START, TZ, echoed, gateway, job, settled, texts
 
 pytestmark = [
     # PTB 22 warns that RetryAfter.retry_after will become a timedelta (see tests/test_telegram.py).
@@ -35,94 +26,6 @@ pytestmark = [
         ":telegram.warnings.PTBDeprecationWarning"
     ),
 ]
-
-ZONE = "Europe/Berlin"
-TZ = ZoneInfo(ZONE)
-# Thursday 26 March 2026, 10:00 in Berlin; summer time starts on Sunday the 29th.
-START = datetime(2026, 3, 26, 10, 0, tzinfo=TZ).timestamp()
-
-
-@dataclass
-class Gateway:
-    runtime: Runtime
-    channel: TelegramChannel
-
-    @property
-    def session_file(self) -> Path:
-        return self.runtime.config.workspace / "sessions" / "telegram:42.jsonl"
-
-    def lines(self) -> list[dict[str, Any]]:
-        text = self.session_file.read_text(encoding="utf-8")
-        return [json.loads(line) for line in text.splitlines()[1:]]
-
-
-@asynccontextmanager
-async def gateway(
-    tmp_path: Path,
-    fake_llm: FakeLLM,
-    telegram: FakeTelegram,
-    clock: ManualClock,
-    overrides: dict[str, Any] | None = None,
-) -> AsyncIterator[Gateway]:
-    """One gateway process: runtime, Telegram channel and scheduler; leaving the block kills it
-    (tasks cancelled, nothing written on the way out), as a crash would."""
-    config = build_config(
-        tmp_path / "workspace", fake_llm.url, deep_merge({"timezone": ZONE}, overrides or {})
-    )
-    async with open_runtime(config, clock=clock) as runtime:
-        settings = TelegramConfig(
-            token=TOKEN,
-            allow_from=["42"],
-            dm_policy="allowlist",
-            base_url=telegram.url,
-            base_file_url=telegram.file_url,
-        )
-        channel = TelegramChannel(
-            runtime.agent.handle,
-            settings,
-            workspace=config.workspace,
-            state_dir=config.state_dir,
-            shutdown_grace=1.0,
-        )
-        serving = asyncio.create_task(channel.run())
-        jobs: asyncio.Task[None] | None = None
-        try:
-            async with asyncio.timeout(10):
-                while not channel.connected:  # the channel exposes no event for this
-                    if serving.done():
-                        serving.result()  # a failed start, as itself
-                    await asyncio.sleep(0.01)
-            jobs = asyncio.create_task(runtime.scheduler.run(runtime.agent, chat_sender([channel])))
-            yield Gateway(runtime, channel)
-        finally:
-            for task in (jobs, serving):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-
-
-def job(runtime: Runtime, **fields: Any) -> Job:
-    """A job in telegram:42 made as the schedule tool makes it, added through the scheduler."""
-    made = new_job(
-        session="telegram:42", channel="telegram", chat_id="42", now=runtime.scheduler.clock(),
-        tz=TZ, **fields,
-    )  # fmt: skip
-    return runtime.scheduler.add(made)
-
-
-async def settled(runtime: Runtime, clock: ManualClock, until: float | None = None) -> None:
-    """Wait until no job is running or being delivered and the scheduler sleeps until `until`."""
-    async with asyncio.timeout(10):
-        await runtime.scheduler.wait_for(lambda: runtime.scheduler.idle)
-    await clock.idle_until(until)
-
-
-def echoed(telegram: FakeTelegram, word: str) -> bool:
-    return f"echo: {word}" in texts(telegram)
-
-
-def texts(telegram: FakeTelegram) -> list[str]:
-    return [str(sent["text"]) for sent in telegram.sent(42)]
 
 
 async def test_reminder_two_minutes_ahead_arrives_once_at_its_time(
