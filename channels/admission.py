@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
 GROUP_POLICIES = ("mention", "open", "off")
+DMS_DISABLED = "dms disabled"  # the reason of a DM dropped by dm_policy: disabled
 
 
 class AccessError(ChannelConfigError, ValueError):
@@ -157,7 +158,7 @@ def decide(rules: Rules, request: Request) -> Decision:
     if request.is_group and rules.group_policy == "off":
         return Decision(Verdict.IGNORE, owner, "groups off")
     if not request.is_group and rules.dm_policy == "disabled":
-        return Decision(Verdict.IGNORE, owner, "dms disabled")
+        return Decision(Verdict.IGNORE, owner, DMS_DISABLED)
     # 2. Allow-list: an owner, a guest (through "*", an open DM policy or pairing), or a stranger.
     listed = owner or rules.allow.everyone
     if request.is_group:
@@ -180,7 +181,8 @@ def decide(rules: Rules, request: Request) -> Decision:
 class Gate:
     """A channel's admission step: `decide` on its current rules, then the decision logged.
 
-    The decision goes to DEBUG; a refused stranger once at WARNING with what the owner must add.
+    The decision goes to DEBUG; a refused stranger once at WARNING with what the owner must add;
+    an owner's DM dropped because DMs are disabled at INFO, each time (never a message's text).
     """
 
     def __init__(
@@ -232,6 +234,15 @@ class Gate:
             decision.verdict.value,
             decision.reason,
         )
+        if decision.reason == DMS_DISABLED and decision.owner:
+            # The owner wonders why the bot is silent; a stranger's DM stays at DEBUG (no flood).
+            log.info(
+                "dm dropped channel=%s sender_id=%s reason=dm_policy_disabled "
+                "(set channels.%s.dm_policy to allowlist or pairing to be answered in DMs)",
+                channel,
+                request.sender_id,
+                channel,
+            )
         if decision.verdict is Verdict.REFUSE and request.sender_id not in self._refused:
             self._refused.add(request.sender_id)
             log.warning(

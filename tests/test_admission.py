@@ -109,6 +109,24 @@ def test_gate_logs_a_refused_stranger_once(caplog: pytest.LogCaptureFixture) -> 
     )
 
 
+def test_an_owners_dm_dropped_by_disabled_dms_is_logged_each_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """dm_policy disabled: each DM of an owner dropped is one INFO line naming the policy (a
+    stranger's stays at DEBUG, so strangers cannot flood the log); groups are served."""
+    gate = Gate("discord", ["42"], "disabled", "mention")
+    with caplog.at_level(logging.INFO, logger="channels.admission"):
+        for _ in range(2):
+            assert gate.judge(Request("42")).verdict is Verdict.IGNORE
+        assert gate.judge(Request("7")).verdict is Verdict.IGNORE
+        assert gate.judge(Request("42", is_group=True, addressed=True)).verdict is Verdict.ADMIT
+    line = (
+        "dm dropped channel=discord sender_id=42 reason=dm_policy_disabled "
+        "(set channels.discord.dm_policy to allowlist or pairing to be answered in DMs)"
+    )
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.INFO, line)] * 2
+
+
 def test_allow_list_entries_are_trimmed_and_empty_ones_dropped() -> None:
     """Blank entries admit nobody; surrounding spaces do not stop a match."""
     allow = AllowList([" 42 ", "", " @Carol "])

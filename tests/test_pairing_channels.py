@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
+
+import pytest
 
 from channels.pairing import PairingStore
 from gateway.app import Runtime
@@ -126,9 +129,14 @@ async def test_telegram_approved_sender_is_still_ignored_in_a_group(
 
 
 async def test_telegram_disabled_dms_answer_nobody(
-    fake_telegram: FakeTelegram, tmp_path: Path, runtime: Runtime
+    fake_telegram: FakeTelegram,
+    tmp_path: Path,
+    runtime: Runtime,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """dm_policy disabled: neither a stranger nor the owner is answered in a DM."""
+    """dm_policy disabled: neither a stranger nor the owner is answered in a DM; the owner's
+    DM is logged once, without its text."""
+    caplog.set_level(logging.DEBUG)  # the text is in no line of ours, at any level
     channel = make_channel(
         fake_telegram,
         tmp_path,
@@ -140,10 +148,15 @@ async def test_telegram_disabled_dms_answer_nobody(
     )
     async with running(channel):
         fake_telegram.message("stranger", user_id=666, chat_id=666)
-        fake_telegram.message("owner", user_id=42, chat_id=42)
+        fake_telegram.message("owner's private words", user_id=42, chat_id=42)
         fake_telegram.message("in the group", user_id=42, chat_id=-100, reply_to_bot=True)
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(-100)) == 1)
     assert fake_telegram.sent(666) == [] and fake_telegram.sent(42) == []
+    # The libraries' own DEBUG lines are silenced by the service's log setup (gateway/logs.py).
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith(("channels", "gateway"))]
+    dropped = [line for line in ours if "dm dropped" in line]
+    assert len(dropped) == 1 and "sender_id=42 reason=dm_policy_disabled" in dropped[0]
+    assert not [line for line in ours if "private words" in line]
 
 
 def discord_replies(fake: FakeDiscord, channel_id: int) -> list[str]:
