@@ -319,3 +319,31 @@ async def test_an_edit_of_text_the_turn_never_saw_keeps_its_older_view_refused(
         assert memory.read_memory() == "# M\n- new fact\n- consolidated fact\n- one more\n"
     finally:
         turn_memory.reset(token)
+
+
+async def test_a_same_length_edit_during_a_held_consolidation_is_merged_again(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """An edit keeping MEMORY.md's length, made while consolidation is held, is not overwritten."""
+    async with make_runtime({"memory": {"window": 4}}) as runtime:
+        before = "# Long-term Memory\n\n- the user's cat is called Miso\n"
+        runtime.memory.write_memory(before)
+        stale = {"history_entry": "[2026-01-01 10:00] x", "memory_update": before + "- STALE\n"}
+        release = asyncio.Event()
+        fake_llm.push(tool_call("save_memory", stale), hold=release, match=is_consolidation)
+        await turns(runtime, 2)
+        await fake_llm.wait_for_requests(1, kind="consolidation")
+        edit = {"path": "memory/MEMORY.md", "old_text": "Miso", "new_text": "Mimi"}
+        fake_llm.push(tool_call("edit_file", edit))
+        fake_llm.push(text("Noted."))
+        assert await runtime.agent.handle(inbound("my cat is Mimi, not Miso", "7"))
+        edited = runtime.memory.read_memory()
+        assert "Mimi" in edited and len(edited) == len(before)
+        release.set()
+        await runtime.consolidator.wait_idle()
+        final = runtime.memory.read_memory()
+        assert "cat is called Mimi" in final and "Miso" not in final and "STALE" not in final
+        # The held merge of chat 42 was asked again, against the edited text.
+        merges = [last_user_text(r) for r in fake_llm.consolidation_requests()]
+        again = [m for m in merges[1:] if "chat 42 turn" in m]
+        assert again and "cat is called Mimi" in again[0]
