@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from channels.inbox import waiting
 from channels.pairing import PairingError, PairingStore
 from gateway.commands import format_size
 from gateway.config import ChatChannelConfig, Config, LLMConfig, mask_url
@@ -105,7 +106,7 @@ def describe(config: Config) -> str:
             f"sessions:   {len(keys)} live, {len(archive)} archived",
             f"pending:    {pending} messages not yet consolidated in live sessions, "
             f"{archival} archived session(s) awaiting consolidation",
-            *describe_delivery(owed, interrupted),
+            *describe_delivery(owed, interrupted, waiting(config.state_dir)),
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
             describe_mcp(config),
@@ -126,12 +127,17 @@ def describe_mcp(config: Config) -> str:
     return f"mcp:        {len(enabled)} server(s) enabled{names}, {off} disabled"
 
 
-def describe_delivery(owed: dict[str, int], interrupted: list[str]) -> list[str]:
-    """Answers stored but not yet taken by their platform, and turns a restart stopped half-way;
-    both are finished when the service next starts (or the chat's message is replayed)."""
+def describe_delivery(
+    owed: dict[str, int], interrupted: list[str], received: dict[str, int]
+) -> list[str]:
+    """Answers stored but not yet taken by their platform, turns a restart stopped half-way, and
+    messages received but not finished (in the channels' journals, the turn perhaps not even
+    stored); all are finished when the service next starts (or by the running service)."""
     lines = [
-        f"delivery:   {sum(owed.values())} answer(s) owed, {len(interrupted)} interrupted turn(s)"
+        f"delivery:   {sum(owed.values())} answer(s) owed, {len(interrupted)} interrupted turn(s), "
+        f"{sum(received.values())} received message(s) not yet answered"
     ]
+    lines += [f"  received: {name} ({count})" for name, count in received.items() if count]
     lines += [f"  owed: {key} ({count})" for key, count in sorted(owed.items())]
     lines += [f"  interrupted: {key}" for key in interrupted]
     return lines

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from memory.sessions import INTERRUPTED_TOOL
+from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM, is_consolidation, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.conftest import GatewayFactory
-from tests.resilience.harness import read_sessions, until
+from tests.resilience.harness import SECRETS, read_sessions, until
 
 
 def _chat(body: dict[str, Any]) -> bool:
@@ -150,3 +151,29 @@ async def test_a_kill_between_two_pieces_of_an_answer_sends_only_the_rest_after_
     await gateway.stop()
     assert (_answers(fake_telegram, first), _answers(fake_telegram, second)) == (1, 1)
     assert len(fake_llm.chat_requests()) == 2  # the stored answer was not asked for again
+
+
+@pytest.mark.timeout(90)
+async def test_status_after_a_kill_counts_the_received_message_that_waits(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Killed while the model was still answering, `memgate status` counts the message waiting in
+    the inbox to be answered at the next start; once answered, it counts none."""
+    gateway = make_gateway()
+    await gateway.start()
+    release = asyncio.Event()
+    fake_llm.push(text("lost with the process"), hold=release, match=_chat)
+    fake_telegram.message("are you there?")
+    await fake_llm.wait_for_requests(1, kind="chat", within=20)
+    await gateway.kill()
+    release.set()
+    args = ("status", "--config", str(gateway.config_path))
+    code, out, err = await memgate(*args, home=gateway.home, env=SECRETS)
+    assert code == 0, err
+    assert "1 received message(s) not yet answered" in out and "received: telegram (1)" in out
+    fake_llm.push(text("here I am"), match=_chat)
+    await gateway.start()
+    await until(lambda: _answers(fake_telegram, "here I am") == 1, 30, "the replayed answer")
+    await gateway.stop()
+    code, out, err = await memgate(*args, home=gateway.home, env=SECRETS)
+    assert code == 0 and "0 received message(s) not yet answered" in out, err
