@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from telegram import Bot, BotCommand, Message, Update
-from telegram.error import TelegramError
+from telegram import Bot, Message, Update
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
@@ -30,7 +29,14 @@ from channels.admission import Decision, Gate, Verdict
 from channels.base import ChatCommands, parse_command
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
-from channels.telegram_connect import TelegramConfigError, file_url, retrying
+from channels.telegram_connect import (
+    TelegramConfigError,
+    close_logged,
+    file_url,
+    log_polling_error,
+    register_commands,
+    retrying,
+)
 from channels.telegram_delivery import Target, TelegramDelivery
 from channels.telegram_media import attachments, download
 from channels.telegram_mentions import GROUPS, Addressing, admission_request
@@ -135,7 +141,7 @@ class TelegramChannel:
             self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
             await asyncio.to_thread(self._cursor.load)
             pending = await asyncio.to_thread(self._open_inbox)
-            await self._register_commands(app.bot)
+            await register_commands(app.bot, self._commands.menu)
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 await app.start()
@@ -156,9 +162,9 @@ class TelegramChannel:
             self._tasks = None
             if self._inbox is not None:
                 self._inbox.close()
-            await _close_logged("shutdown", app.shutdown)
+            await close_logged("shutdown", app.shutdown)
             for request in requests:
-                await _close_logged("request shutdown", request.shutdown)
+                await close_logged("request shutdown", request.shutdown)
             log.info("telegram stopped")
 
     async def _start_updates(self) -> None:
@@ -179,15 +185,15 @@ class TelegramChannel:
             await self._app.updater.start_polling(
                 timeout=POLL_TIMEOUT,
                 allowed_updates=ALLOWED_UPDATES,
-                error_callback=_log_polling_error,
+                error_callback=log_polling_error,
             )
 
     async def _stop_updates(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """No new updates; hand over the ones fetched; let running turns finish within the grace."""
         if app.updater is not None and app.updater.running:
-            await _close_logged("updater stop", app.updater.stop)
+            await close_logged("updater stop", app.updater.stop)
         if app.running:
-            await _close_logged("stop", app.stop)
+            await close_logged("stop", app.stop)
         if self._active:
             await asyncio.wait(set(self._active), timeout=self._grace)
         for task in self._active:
@@ -464,18 +470,6 @@ class TelegramChannel:
         meta = {"thread_id": str(target.thread_id)} if target.thread_id else {}
         return OutboundMessage(self.name, str(target.chat_id), text, metadata=meta)
 
-    async def _register_commands(self, bot: Bot) -> None:
-        """setMyCommands only when Telegram's list differs, so restarts cost no extra calls."""
-        menu = list(self._commands.menu)
-        if not menu:
-            return
-        try:
-            current = await bot.get_my_commands()
-            if [(c.command, c.description) for c in current] != menu:
-                await bot.set_my_commands([BotCommand(name, text) for name, text in menu])
-        except TelegramError as exc:
-            log.warning("telegram could not register commands error=%s", exc)
-
     # -- the inbox --------------------------------------------------------------------------------
     def _open_inbox(self) -> list[Json]:
         """Open the inbox journal (blocking); returns the updates left unfinished last time."""
@@ -489,16 +483,3 @@ async def _guarded(coro: Awaitable[object]) -> None:
         await coro
     except Exception:
         log.exception("telegram task failed")
-
-
-async def _close_logged(what: str, close: Callable[[], Awaitable[object]]) -> None:
-    """A shutdown step: whatever it raises must not hide why run() ends, nor skip the steps
-    after it, so it is logged (at DEBUG: the channel is going away anyway) and passed over."""
-    try:
-        await close()
-    except Exception as exc:
-        log.debug("telegram %s failed error=%r", what, exc, exc_info=True)
-
-
-def _log_polling_error(exc: TelegramError) -> None:
-    log.warning("telegram polling error: %s", exc)

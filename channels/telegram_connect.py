@@ -1,5 +1,6 @@
 """Reaching the Bot API: its file URL, start-up steps retried while Telegram is unreachable, the
-doctor's probe, and the error for a setting Telegram refuses.
+command menu, shutdown steps that must not fail the stop, polling errors, the doctor's probe, and
+the error for a setting Telegram refuses.
 
 Part of the Telegram adapter, so it may import `telegram`; of ours only `channels.base`.
 """
@@ -10,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from telegram import Bot
+from telegram import Bot, BotCommand
 from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError
 
 from channels.base import ChannelConfigError
@@ -45,6 +46,32 @@ async def retrying(what: str, action: Callable[[], Awaitable[Any]]) -> None:
             log.warning("telegram %s failed, retrying in %.0fs: %s", what, delay, exc)
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, 60.0)
+
+
+async def register_commands(bot: Bot, menu: Iterable[tuple[str, str]]) -> None:
+    """setMyCommands only when Telegram's list differs, so restarts cost no extra calls."""
+    wanted = list(menu)
+    if not wanted:
+        return
+    try:
+        current = await bot.get_my_commands()
+        if [(c.command, c.description) for c in current] != wanted:
+            await bot.set_my_commands([BotCommand(name, text) for name, text in wanted])
+    except TelegramError as exc:
+        log.warning("telegram could not register commands error=%s", exc)
+
+
+async def close_logged(what: str, close: Callable[[], Awaitable[object]]) -> None:
+    """A shutdown step: whatever it raises must not hide why run() ends, nor skip the steps
+    after it, so it is logged (at DEBUG: the channel is going away anyway) and passed over."""
+    try:
+        await close()
+    except Exception as exc:
+        log.debug("telegram %s failed error=%r", what, exc, exc_info=True)
+
+
+def log_polling_error(exc: TelegramError) -> None:
+    log.warning("telegram polling error: %s", exc)
 
 
 def file_url(base_url: str) -> str:
