@@ -7,10 +7,12 @@ one request object per connection, one answer object back.
         -> {"text": "...", "failed": false}
     {"op": "status"} -> {"channels": {"telegram": true}, "queue": 0, "uptime": 12.5}
     {"op": "owed", "session": "terminal:local"} -> {"texts": ["..."]}
+    {"op": "jobs", "action": "remove", "id": "a1b2c3"} -> {"ok": true, "text": "..."}
 
 `owed` hands over the session's answers a restart kept from the terminal (stored, never shown);
-once written to the socket they count as delivered.
-    {"op": "jobs", "action": "remove", "id": "a1b2c3"} -> {"ok": true, "text": "..."}
+once written to the socket they count as delivered. Every field is checked before anything runs
+(`FIELDS`); a bad request, a line over `MAX_REQUEST` bytes or no request within the idle timeout
+gets `{"error": "..."}` naming what is wrong, and the connection is closed.
 
 A chat request goes through the service's own agent, so the terminal shares its memory and its
 session files; the agent's `/stop` ends a held answer from another connection.
@@ -23,7 +25,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -36,12 +38,30 @@ log = logging.getLogger(__name__)
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 1024 * 1024  # one message of text, with room to spare
 CONNECT_TIMEOUT = 2.0  # seconds; the socket is local, an answer this slow means no service
+# Seconds a client has to send its request line, and to take the answer: our clients write at once,
+# so a connection quiet this long is stuck or not ours, and would otherwise be held forever.
+IDLE_TIMEOUT = 10.0
+
+# The fields each op may carry besides "op", and whether it must: all are strings, and null stands
+# for a field not given. Anything else is refused before the op runs.
+FIELDS: dict[str, dict[str, bool]] = {
+    "status": {},
+    "owed": {"session": False},
+    "chat": {"text": True, "session": False, "sender": False},
+    "jobs": {"action": True, "id": False},
+}
 
 
 # The agent's owed answers of a session: (channel, chat_id, session key) -> replies.
 Owed = Callable[[str, str, str], Awaitable[list[OutboundMessage]]]
 Operation = Callable[[dict[str, Any]], dict[str, Any]]
 """A further op (e.g. `jobs`): the request in, the answer out; it runs on the service's loop."""
+# An answer line, and the replies it carries (marked sent once the line is written).
+Answer = tuple[dict[str, Any], list[OutboundMessage]]
+
+
+class RequestError(ValueError):
+    """A control request the service refuses; the message is the client's error line."""
 
 
 def socket_path(state_dir: Path) -> Path:
@@ -56,22 +76,47 @@ async def control_server(
     *,
     owed: Owed | None = None,
     ops: Mapping[str, Operation] | None = None,
+    idle_timeout: float = IDLE_TIMEOUT,
 ) -> AsyncIterator[None]:
     """Serve the control socket at `path` while the block runs; the file is removed after."""
+    ops = ops or {}
+    unchecked = set(ops) - set(FIELDS)
+    if unchecked:
+        raise ValueError(f"control ops without FIELDS: {sorted(unchecked)}")
+    served = {"status", "chat", *ops} | ({"owed"} if owed is not None else set())
     ensure_private_dir(path.parent)
     # The caller holds the workspace lock, so a socket file left here is a dead process's.
     _remove(path)
     started = time.monotonic()
 
+    async def respond(reader: asyncio.StreamReader) -> Answer | None:
+        try:
+            request = await _read_request(reader, served, idle_timeout)
+        except RequestError as exc:
+            # The client's mistake, not the service's: one line, no traceback.
+            log.info("control request refused error=%s", exc)
+            return {"error": str(exc)}, []
+        if request is None:
+            return None  # connected and left without a word
+        return await _answer(request, handler, status, started, owed, ops)
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await reader.readline()
-            answer, replies = await _answer(line, handler, status, started, owed, ops or {})
-            writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
-            await writer.drain()
+            answered = await respond(reader)
+            if answered is None:
+                return
+            answer, replies = answered
+            try:
+                async with asyncio.timeout(idle_timeout):
+                    writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+                    await writer.drain()
+            except TimeoutError:
+                # Its replies stay owed: the terminal's next start prints them.
+                log.info("control client took no answer within %ss; closed", idle_timeout)
+                return
             for reply in replies:
                 await reply.sent()  # handed to the terminal: no longer owed
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass  # the terminal went away; its /stop (if any) arrives on its own connection
         finally:
             writer.close()
@@ -94,30 +139,88 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+async def _read_request(
+    reader: asyncio.StreamReader, served: Collection[str], idle_timeout: float
+) -> dict[str, Any] | None:
+    """The client's one request, checked; None when it closed without sending anything."""
+    try:
+        async with asyncio.timeout(idle_timeout):
+            line = await reader.readline()
+    except TimeoutError as exc:
+        raise RequestError(f"no request line within {idle_timeout:g}s") from exc
+    except ValueError as exc:  # the reader's limit: no newline within MAX_REQUEST bytes
+        raise RequestError(_too_long()) from exc
+    return parse_request(line, served) if line else None
+
+
+def parse_request(line: bytes, served: Collection[str] = tuple(FIELDS)) -> dict[str, Any]:
+    """The request on `line` with every field checked against `FIELDS`; `RequestError` names the
+    first field at fault."""
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        # ValueError: not JSON, or not UTF-8; RecursionError: nested deeper than the parser goes.
+        raise RequestError("not JSON: send one JSON object on one line") from exc
+    if not isinstance(request, dict):
+        raise RequestError(f"a request is a JSON object, not {_json_type(request)}")
+    op = request.get("op")
+    if op is None:
+        raise RequestError("op is required")
+    if not isinstance(op, str):
+        raise RequestError(f"op must be a string, not {_json_type(op)}")
+    if op not in served or op not in FIELDS:
+        raise RequestError(f"unknown op {_shown(op)}")
+    fields = FIELDS[op]
+    for name, value in request.items():
+        if name != "op" and name not in fields:
+            raise RequestError(f"{op}: unknown field {_shown(name)}")
+        if value is not None and not isinstance(value, str):
+            raise RequestError(f"{op}: {name} must be a string, not {_json_type(value)}")
+    for name, required in fields.items():
+        if required and request.get(name) is None:
+            raise RequestError(f"{op}: {name} is required")
+    return request
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _shown(text: str) -> str:
+    """A client's string in an error line, cut short: the line and the log stay one line."""
+    return repr(text if len(text) <= 40 else text[:40] + "…")
+
+
+def _too_long() -> str:
+    return f"request over {MAX_REQUEST / 2**20:g} MiB, the control socket's limit for one line"
+
+
 async def _answer(
-    line: bytes,
+    request: dict[str, Any],
     handler: Handler,
     status: Callable[[], dict[str, Any]],
     started: float,
-    owed: Owed | None = None,
-    ops: Mapping[str, Operation] | None = None,
-) -> tuple[dict[str, Any], list[OutboundMessage]]:
-    """The answer to one request, and the replies it carries (to mark sent once written)."""
-    try:
-        request = json.loads(line)
-        op = request["op"]
-    except (ValueError, KeyError, TypeError):
-        return {"error": "not a control request (one JSON object with an op, per line)"}, []
+    owed: Owed | None,
+    ops: Mapping[str, Operation],
+) -> Answer:
+    """The answer to a checked request of an op served here."""
+    op = request["op"]
     if op == "status":
         return {**status(), "uptime": round(time.monotonic() - started, 1)}, []
     if op == "owed" and owed is not None:
-        key = str(request.get("session") or "terminal:local")
+        key = request.get("session") or "terminal:local"
         replies = await owed("terminal", "local", key)
         return {"texts": [reply.text for reply in replies]}, replies
-    if isinstance(op, str) and ops and op in ops:
-        return ops[op](request), []
-    if op == "chat" and isinstance(request.get("text"), str):
-        sender = str(request.get("sender") or "local")
+    if op == "chat":
+        sender = request.get("sender") or "local"
         message = InboundMessage(
             channel="terminal",
             chat_id="local",
@@ -131,11 +234,14 @@ async def _answer(
         reply = await handler(message)
         answer = {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
         return answer, [reply] if reply is not None else []
-    return {"error": f"unknown op {op!r}"}, []
+    return ops[op](request), []
 
 
 async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
     """Send one request; None when no service listens there (no socket, or a dead one)."""
+    line = json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+    if len(line) - 1 > MAX_REQUEST:
+        return {"error": _too_long()}  # what the service would answer, without sending it
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
             reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_REQUEST)
@@ -143,7 +249,7 @@ async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
         # PermissionError: another user's service; this process cannot attach to it.
         return None
     try:
-        writer.write(json.dumps(payload, ensure_ascii=False).encode() + b"\n")
+        writer.write(line)
         await writer.drain()
         line = await reader.readline()
     finally:
