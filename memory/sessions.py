@@ -215,7 +215,11 @@ class SessionStore:
         async with session.lock:
             lines = []
             if session._size == 0:
-                session.created_at = session.created_at or self.now()
+                # To the microsecond: it tells this session's HISTORY.md entry ids from those of
+                # the one /new archived (memory/entries.py), which may have begun the same second.
+                session.created_at = session.created_at or datetime.now(self.tz).isoformat(
+                    timespec="microseconds"
+                )
                 meta = {
                     "_type": "metadata",
                     "key": session.key,

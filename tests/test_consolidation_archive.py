@@ -144,3 +144,22 @@ async def test_private_group_tools_cannot_reach_memory_or_other_chats(
         assert "my private chat" not in json.dumps(request)
     results = [m["content"] for m in group_requests[-1]["messages"] if m["role"] == "tool"]
     assert all(r.startswith("Error:") and "not available in this chat" in r for r in results)
+
+
+async def test_the_first_chunk_after_new_gets_its_own_history_entry(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """After /new, the new session's first chunk (same chat, same positions) is a new entry."""
+    async with make_runtime({"memory": {"window": 4}}) as runtime:
+        await turns(runtime, 2)  # the first chunk of the first session: messages 0-2
+        await runtime.consolidator.wait_idle()
+        assert await runtime.agent.handle(inbound("/new"))
+        await runtime.consolidator.wait_idle()  # the archived session's tail
+        for colour in ("red", "blue"):
+            assert await runtime.agent.handle(inbound(f"after new: the {colour} bicycle"))
+        await runtime.consolidator.wait_idle()
+        [first, *_] = fake_llm.consolidation_requests()
+        latest = fake_llm.consolidation_requests()[-1]
+        assert len(conversation_lines(first)) == len(conversation_lines(latest)) == 2
+        entries = history_entries(runtime)
+        assert len(entries) == 3 and "after new: the red bicycle" in entries[-1], entries
