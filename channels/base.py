@@ -6,6 +6,7 @@ Imports only `gateway.bus` of ours.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class Channel(Protocol):
 
     @property
     def connected(self) -> bool: ...
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while connected, for whoever must wait for the connection before sending."""
+        ...
 
 
 ChannelFactory = Callable[[Handler], Channel]

@@ -90,7 +90,7 @@ class DiscordChannel:
         self._shutdown_grace = shutdown_grace
         self._client: Client | None = None
         self._started = False
-        self._connected = False
+        self._up = asyncio.Event()  # set while connected
         self._inflight: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._state_dir = Path(state_dir) if state_dir is not None else None
@@ -98,12 +98,17 @@ class DiscordChannel:
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
         policy = self._gate.rules.group_policy
-        return f"<DiscordChannel group_policy={policy} connected={self._connected}>"
+        return f"<DiscordChannel group_policy={policy} connected={self.connected}>"
 
     @property
     def connected(self) -> bool:
         """True between READY (or RESUMED) and the next disconnect."""
-        return self._connected
+        return self._up.is_set()
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while connected: what a message due at start (a reminder) waits on."""
+        return self._up
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
@@ -135,7 +140,7 @@ class DiscordChannel:
                 f"Discord closed the gateway connection code={exc.code} ({reason})"
             ) from exc
         finally:
-            self._connected = False
+            self._up.clear()
             self._stopping = True
             try:
                 await self._drain()
@@ -204,7 +209,10 @@ class DiscordChannel:
     # -- gateway events (called by the client) --------------------------------------------------------
 
     def on_connected(self, connected: bool, event: str) -> None:
-        self._connected = connected
+        if connected:
+            self._up.set()
+        else:
+            self._up.clear()
         user = self._client.user if self._client else None
         log.info("discord %s bot_id=%s", event, user.id if user else "-")
 

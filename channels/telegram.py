@@ -93,7 +93,7 @@ class TelegramChannel:
         self._grace = shutdown_grace
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._started = False
-        self._connected = False
+        self._up = asyncio.Event()  # set while connected
         self._bot_id = int(token.split(":", 1)[0]) if token.split(":", 1)[0].isdigit() else 0
         self._bot_username = ""
         self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
@@ -111,7 +111,12 @@ class TelegramChannel:
     @property
     def connected(self) -> bool:
         """True while updates are being received (polling or the webhook is up)."""
-        return self._connected
+        return self._up.is_set()
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while connected: what a message due at start (a reminder) waits on."""
+        return self._up
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -148,7 +153,7 @@ class TelegramChannel:
                 try:
                     await self._replay(pending)
                     await retrying("start", self._start_updates)
-                    self._connected = True
+                    self._up.set()
                     log.info(
                         "telegram connected bot=@%s mode=%s",
                         self._bot_username,
@@ -156,7 +161,7 @@ class TelegramChannel:
                     )
                     await asyncio.Event().wait()  # serve until cancelled
                 finally:
-                    self._connected = False
+                    self._up.clear()
                     await self._stop_updates(app)
         finally:
             self._tasks = None

@@ -3,8 +3,10 @@
 It sleeps until the next due job (a job added, cancelled or resumed wakes it). A run is recorded in
 the job file before its turn starts, so a crash right after a run never repeats it; a job that came
 due while the process was down runs once if it is at most `grace` seconds late, else it is skipped
-with a log line. A text that cannot be delivered is kept and tried again a few times; then the job
-is paused with the reason, for `memgate jobs list` to show.
+with a log line. A due job first waits for its chat's channel to connect (at most `CHANNEL_WAIT`),
+so what came due while the process was down goes out as soon as the platform is reachable, not
+after a failed attempt and a retry's delay. A text that cannot be delivered is kept and tried again
+a few times; then the job is paused with the reason, for `memgate jobs list` to show.
 
 A job runs with the rights its maker has when it runs, not when it was made: each time it comes
 due the scheduler asks the access settings in force (`Owners`, which a reload changes) whether its
@@ -34,10 +36,15 @@ log = logging.getLogger(__name__)
 
 # Seconds before each new delivery attempt; after the last one fails the job is paused.
 RETRY_DELAYS = (15.0, 60.0, 300.0)
+# Seconds a due job waits for its channel to connect; past it, it is tried (and retried) anyway.
+CHANNEL_WAIT = 60.0
 SCHEDULER_SENDER = "scheduler"
 
 Deliver = Callable[[OutboundMessage], Awaitable[str | None]]
 """Sends a message to a chat nobody is waiting on; None when delivered, else why it was not."""
+
+ChannelReady = Callable[[str], asyncio.Event | None]
+"""A channel's event, set while it is connected; None when no such channel runs here."""
 
 
 class Owners(Protocol):
@@ -134,9 +141,12 @@ class Scheduler:
         return next((job for job in self.store.all() if job.run == run), None)
 
     # -- the loop ----------------------------------------------------------------------------------
-    async def run(self, agent: JobAgent, deliver: Deliver, owners: Owners) -> None:
-        """Run due jobs through `agent` until cancelled; each job's work runs as its own task.
-        A job whose maker `owners` no longer lists is paused instead."""
+    async def run(
+        self, agent: JobAgent, deliver: Deliver, owners: Owners, ready: ChannelReady
+    ) -> None:
+        """Run due jobs through `agent` until cancelled; each job's work runs as its own task,
+        once `ready` says its channel is connected. A job whose maker `owners` no longer lists is
+        paused instead."""
         if self._started:
             raise RuntimeError("Scheduler.run() was already started")
         self._started = True
@@ -163,7 +173,7 @@ class Scheduler:
                     claimed = self._claim(job, now)
                     if claimed is not None:
                         self._busy.add(job.id)
-                        work = self._work(claimed, agent, deliver)
+                        work = self._work(claimed, agent, deliver, ready(claimed.channel))
                         group.create_task(work, name=f"job-{job.id}")
                 await self.clock.sleep_until(self._next_wake(), self._wake)
 
@@ -194,9 +204,16 @@ class Scheduler:
         run = f"job-{job.id}-{int(job.next_run)}"  # also the turn's message id in the session
         return self.store.update(job, next_run=following, last_due=job.next_run, run=run)
 
-    async def _work(self, job: Job, agent: JobAgent, deliver: Deliver) -> None:
+    async def _work(
+        self, job: Job, agent: JobAgent, deliver: Deliver, connected: asyncio.Event | None
+    ) -> None:
         await self._notify()
         try:
+            if connected is not None and not connected.is_set():
+                # Just started, most likely: the channel connects within seconds, then this job
+                # runs at once instead of failing and waiting out a retry's delay.
+                log.info("job waits for its channel id=%s channel=%s", job.id, job.channel)
+                await self.clock.sleep_until(self.clock() + CHANNEL_WAIT, connected)
             # The run's stored answer, owed until the platform takes it; or, when a refusal has
             # already closed it in the session, the text kept for another attempt.
             reply = await self._make(job, agent) if job.run is not None else None

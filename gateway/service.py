@@ -30,7 +30,7 @@ from gateway.control import control_server, socket_path
 from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.heartbeat import Heartbeat
 from gateway.job_tools import JobTools
-from gateway.scheduler import Deliver, Owners
+from gateway.scheduler import ChannelReady, Deliver, Owners
 
 if TYPE_CHECKING:
     from channels.discord import DiscordChannel
@@ -102,6 +102,17 @@ def chat_sender(channels: Sequence[Channel]) -> Deliver:
         return None if sent else f"{message.channel} refused or lost the message (see the log)"
 
     return deliver_to_chat
+
+
+def chat_ready(channels: Sequence[Channel]) -> ChannelReady:
+    """Each channel's connection event, by name, for the scheduler to wait on."""
+    by_name = {channel.name: channel for channel in channels}
+
+    def ready(name: str) -> asyncio.Event | None:
+        channel = by_name.get(name)
+        return None if channel is None else channel.ready
+
+    return ready
 
 
 def require_a_channel(config: Config) -> None:
@@ -211,7 +222,7 @@ async def _supervise(
         ]
         if config.health.listen:
             tasks.append(group.create_task(health(), name="health"))
-        jobs = runtime.scheduler.run(runtime.agent, deliver, owners)
+        jobs = runtime.scheduler.run(runtime.agent, deliver, owners, chat_ready(channels))
         tasks.append(group.create_task(jobs, name="scheduler"))
         if automation.heartbeat and automation.home:
             beat = Heartbeat(

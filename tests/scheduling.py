@@ -17,7 +17,7 @@ from channels.telegram import TelegramChannel
 from gateway.access import AccessInForce
 from gateway.app import Runtime, open_runtime
 from gateway.jobs import Job, new_job
-from gateway.service import chat_sender
+from gateway.service import chat_ready, chat_sender
 from tests.conftest import ManualClock, build_config, deep_merge
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
@@ -48,15 +48,18 @@ class Gateway:
         channel = self.channel
         serving = asyncio.create_task(channel.run())
         self.tasks.append(serving)
-        async with asyncio.timeout(10):
-            while not channel.connected:  # the channel exposes no event for this
-                if serving.done():
-                    serving.result()  # a failed start, as itself
-                await asyncio.sleep(0.01)
+        connecting = asyncio.create_task(channel.ready.wait())
+        await asyncio.wait([serving, connecting], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        connecting.cancel()
+        if serving.done():
+            serving.result()  # a failed start, as itself
+        assert channel.connected, "the channel did not connect within 10 s"
 
     def start_scheduler(self) -> None:
-        runtime, deliver = self.runtime, chat_sender([self.channel])
-        jobs = runtime.scheduler.run(runtime.agent, deliver, self.access.is_owner)
+        runtime, channels = self.runtime, [self.channel]
+        jobs = runtime.scheduler.run(
+            runtime.agent, chat_sender(channels), self.access.is_owner, chat_ready(channels)
+        )
         self.tasks.append(asyncio.create_task(jobs))
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.bus import OutboundMessage
 from gateway.heartbeat import Heartbeat
+from gateway.scheduler import CHANNEL_WAIT, RETRY_DELAYS
 from gateway.service import chat_sender
 from tests.conftest import ManualClock
 from tests.fakes.llm import FakeLLM, last_user_text, text, tool_call
@@ -101,6 +102,56 @@ async def test_a_job_due_while_down_runs_once_at_start_within_grace(
     async with gateway(tmp_path, fake_llm, fake_telegram, clock):
         await clock.idle_until(None)
     assert texts(fake_telegram) == ["Stand up"]
+
+
+async def test_a_reminder_due_before_a_restart_waits_for_the_channel_then_goes_at_once(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A reminder due 2 s before a restart waits for Telegram to connect and is sent as soon as
+    it has: no failed attempt recorded, no retry delay waited out."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+        assert made.next_run is not None
+        await clock.idle_until(made.next_run)
+    await clock.advance(made.next_run + 2 - clock.now)
+    restarted = clock.now
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock, connected=False) as gw:
+        await clock.idle_until(restarted + CHANNEL_WAIT)  # the due reminder waits, bounded
+        [waiting] = gw.runtime.scheduler.jobs()
+        assert (waiting.failures, waiting.pending, texts(fake_telegram)) == (0, None, [])
+        await gw.connect()
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert gw.runtime.scheduler.jobs() == []  # delivered: the one-off job is gone
+        assert clock.now == restarted  # sent without any time passing, so with no retry
+    assert texts(fake_telegram) == ["Water the plants"]
+
+
+async def test_a_channel_still_down_after_the_wait_falls_back_to_the_retries(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """If the channel does not connect within the bounded wait, the reminder is tried, fails
+    and is retried after the first delay, as any undeliverable text."""
+    clock = ManualClock(START)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock, connected=False) as gw:
+        scheduler = gw.runtime.scheduler
+        made = job(gw.runtime, at="2026-03-26T10:05", message="Water the plants")
+        assert made.next_run is not None
+        await clock.idle_until(made.next_run)
+        await clock.advance(made.next_run - clock.now)
+        await clock.idle_until(clock.now + CHANNEL_WAIT)
+        await clock.advance(CHANNEL_WAIT)
+        retry_at = clock.now + RETRY_DELAYS[0]
+        await settled(gw.runtime, clock, retry_at)
+        [failed] = scheduler.jobs()
+        assert failed.failures == 1 and failed.pending == "Water the plants"
+        await gw.connect()
+        await clock.advance(RETRY_DELAYS[0])
+        await fake_telegram.wait_sent(1)
+        await settled(gw.runtime, clock)
+        assert scheduler.jobs() == []
+    assert texts(fake_telegram) == ["Water the plants"]
 
 
 async def test_a_job_missed_beyond_grace_is_skipped_with_a_log_line(
