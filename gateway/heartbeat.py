@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gateway.bus import InboundMessage, OutboundMessage
 from gateway.clock import Clock
-from gateway.scheduler import Deliver, JobAgent
+from gateway.scheduler import CHANNEL_WAIT, Deliver, JobAgent
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,15 @@ class Heartbeat:
         self.clock = clock
         self.beats = 0  # heartbeats that asked the model
 
-    async def run(self, agent: JobAgent, deliver: Deliver) -> None:
+    async def run(
+        self, agent: JobAgent, deliver: Deliver, connected: asyncio.Event | None = None
+    ) -> None:
+        """Beat until cancelled; what the last run owes goes first, once the home chat's channel
+        is `connected` (waiting at most CHANNEL_WAIT, as a due job does)."""
         never = asyncio.Event()  # nothing wakes a heartbeat early; only time passes
         due = self.clock() + self.interval
+        if connected is not None and not connected.is_set():
+            await self.clock.sleep_until(self.clock() + CHANNEL_WAIT, connected)
         try:
             await self.send_owed(agent, deliver)  # what the last run stored but never sent
         except Exception:

@@ -228,7 +228,10 @@ async def _supervise(
             beat = Heartbeat(
                 config.workspace, automation.home, automation.heartbeat, runtime.scheduler.clock
             )
-            tasks.append(group.create_task(beat.run(runtime.agent, deliver), name="heartbeat"))
+            home = chat_ready(channels)(beat.channel)
+            tasks.append(
+                group.create_task(beat.run(runtime.agent, deliver, home), name="heartbeat")
+            )
         stopping = group.create_task(stop.wait(), name="stop-signal")
         # A channel that ends on its own (a fatal error) stops the whole gateway, so the
         # supervisor (systemd) can restart it; the task group raises its error for us.

@@ -393,6 +393,36 @@ async def test_heartbeat_message_its_chat_never_got_is_sent_once_after_a_restart
     assert texts(fake_telegram) == ["Time to water the plants."]
 
 
+async def test_heartbeat_message_owed_at_start_waits_for_the_channel_to_connect(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """A heartbeat message kept from before a restart is sent as soon as the home chat's channel
+    connects, not half an hour later at the next wake."""
+    clock = ManualClock(START)
+
+    async def not_connected(message: OutboundMessage) -> str | None:
+        return "telegram is not connected"
+
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
+        workspace = gw.runtime.config.workspace
+        (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- water the plants at ten\n")
+        fake_llm.push(text("Time to water the plants."))
+        await Heartbeat(workspace, "telegram:42", 1800, clock).beat(gw.runtime.agent, not_connected)
+    async with gateway(tmp_path, fake_llm, fake_telegram, clock, connected=False) as gw:
+        beat = Heartbeat(gw.runtime.config.workspace, "telegram:42", 1800, clock)
+        deliver = chat_sender([gw.channel])
+        beating = asyncio.create_task(beat.run(gw.runtime.agent, deliver, gw.channel.ready))
+        try:
+            await clock.idle_until(START + CHANNEL_WAIT)  # waiting on the channel, bounded
+            await gw.connect()
+            await fake_telegram.wait_sent(1)
+            assert clock.now == START  # no time passed: sent on connecting, not at a wake
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+    assert texts(fake_telegram) == ["Time to water the plants."]
+
+
 async def test_heartbeat_is_silent_only_when_the_answer_is_heartbeat_ok(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
