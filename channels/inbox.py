@@ -208,7 +208,7 @@ class Inbox:
                 else:
                     update = record["update"]
                     entries[int(update[self.id_field])] = update
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 # A line torn by a kill or a full disk: what it held is lost, the rest is not.
                 log.warning(
                     "%s inbox skipping an unreadable line path=%s line=%d",

@@ -314,7 +314,7 @@ class PairingStore:
             raw = json.loads(self.path.read_bytes())
         except FileNotFoundError:
             return _Table([], [], [])
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise PairingError(f"{self.path}: cannot be read ({exc}); fix or remove it") from exc
         try:
             return _Table(

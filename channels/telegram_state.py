@@ -40,7 +40,7 @@ class UpdateCursor:
             self.last_date = int(state.get("last_date", 0))
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             log.warning("telegram ignoring unreadable state path=%s error=%s", self.path, exc)
 
     def save(self) -> None:

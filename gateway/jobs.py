@@ -221,7 +221,7 @@ class JobStore:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             # Refuse to start over an unreadable file: writing would lose every job in it.
             raise JobError(f"{self.path}: cannot read the jobs ({exc})") from exc
         jobs: dict[str, Job] = {}

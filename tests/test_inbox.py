@@ -97,7 +97,8 @@ def test_finishing_twice_writes_one_done_line(tmp_path: Path) -> None:
 def test_a_torn_last_line_and_a_corrupt_line_are_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A line cut short by a kill, or garbage, costs only itself; the other entries are kept."""
+    """A line cut short by a kill, garbage, or one nested too deeply to decode costs only itself;
+    the other entries are kept."""
     path = tmp_path / "inbox.jsonl"
     path.write_text(
         json.dumps({"update": update(1)})
@@ -108,13 +109,15 @@ def test_a_torn_last_line_and_a_corrupt_line_are_ignored(
         + "\n"
         + json.dumps({"done": 2})
         + "\n"
+        + "[" * 100_000  # nested too deeply to decode
+        + "\n"
         + json.dumps({"update": update(3)})[:20]  # torn: no closing brace, no newline
     )
     inbox = Inbox(path)
     assert inbox.open() == [update(1)]
     inbox.close()
     warned = [r for r in caplog.records if "unreadable line" in r.getMessage()]
-    assert [r.getMessage().rsplit("=", 1)[1] for r in warned] == ["2", "3", "6"]
+    assert [r.getMessage().rsplit("=", 1)[1] for r in warned] == ["2", "3", "6", "7"]
 
 
 def test_an_update_waiting_through_many_starts_is_never_dropped(tmp_path: Path) -> None:

@@ -104,3 +104,6 @@ def test_job_file_is_owner_only_and_survives_a_reload(tmp_path: Path) -> None:
     with pytest.raises(JobError, match="cannot read the jobs"):
         JobStore(tmp_path)
     assert (tmp_path / "jobs.json").read_text() == "{not json"  # left as it was, not emptied
+    (tmp_path / "jobs.json").write_text("[" * 100_000)  # nested too deeply to decode
+    with pytest.raises(JobError, match="cannot read the jobs"):
+        JobStore(tmp_path)

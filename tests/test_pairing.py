@@ -210,6 +210,10 @@ def test_a_broken_file_lets_nobody_in_and_is_kept(tmp_path: Path) -> None:
     with pytest.raises(PairingError, match=r"pairing\.json: cannot be read"):
         store.request("telegram", "666")
     assert (state / "pairing.json").read_text() == "{not json"
+    (state / "pairing.json").write_text("[" * 100_000)  # nested too deeply to decode
+    assert not store.is_approved("telegram", "666")
+    with pytest.raises(PairingError, match=r"pairing\.json: cannot be read"):
+        store.request("telegram", "666")
 
 
 def test_pair_command_approves_only_for_owners(tmp_path: Path) -> None:
