@@ -42,7 +42,7 @@ bench: $(VENV)/.dev
 
 # docs/configuration.md from the config models (a test fails while it is out of date).
 docs: $(VENV)/.dev
-	$(BIN)/python -m gateway.config_reference
+	$(BIN)/python -m gateway.config.reference
 
 # deploy/memgate.service under a real systemd in a Debian 12 container (root; prints
 # "systemd-check skipped: <reason>" where the container cannot be had). See docs/service.md.

@@ -36,7 +36,7 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "subprocess of its own venv's interpreter per run, on a fresh workspace, and runs "
         "alternate between the systems. Neither logs (memgate's INFO line and nanobot's loguru "
         "output are off).",
-        "- memgate is built by `gateway.app.open_runtime` (as `memgate run` does) and messages go "
+        "- memgate is built by `gateway.service.app.open_runtime` (as `memgate run` does) and messages go "
         "to `AgentLoop.handle`, which channels call, as the owner's (a private chat: the whole "
         "prompt with MEMORY.md, USER.md and today's note, as nanobot gives every sender). nanobot "
         "is wired as its `nanobot gateway` "
@@ -85,7 +85,7 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         "agent over its control socket and imports neither the agent nor the SDK; nanobot has "
         "no such mode.",
         f"- e: the driver process first imports what the system's gateway command imports with "
-        f"its Telegram channel (memgate: its CLI, `gateway.service` and `channels.telegram`; "
+        f"its Telegram channel (memgate: its CLI, `gateway.service.run` and `channels.telegram.channel`; "
         f"nanobot: its CLI and `nanobot.channels.telegram`), so python-telegram-bot counts for "
         f'both. "After start" is VmRSS once the system is built, before any turn; the peak is '
         f"the process's own VmHWM (not `ru_maxrss`, which Linux carries across exec from the "

@@ -17,9 +17,9 @@ from pathlib import Path
 from bench import workloads
 from bench.configs import memgate_config
 from bench.fakellm import BenchLLM
-from gateway.app import open_runtime
 from gateway.bus import InboundMessage
-from gateway.config_file import parse_config
+from gateway.config.file import parse_config
+from gateway.service.app import open_runtime
 
 CHATS = 100
 TURNS = 20

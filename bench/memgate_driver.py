@@ -1,6 +1,6 @@
 """Drives memgate in-process for each figure; run by memgate's venv as `python -m bench.memgate_driver`.
 
-memgate is built exactly as `memgate run` builds it (`gateway.app.open_runtime`) and every message
+memgate is built exactly as `memgate run` builds it (`gateway.service.app.open_runtime`) and every message
 goes through `AgentLoop.handle`, the entry point its channels call.
 """
 
@@ -19,11 +19,11 @@ from bench import workloads
 from bench.configs import memgate_config, whole_history_window
 from bench.protocol import FakeControl, Run, peak_rss_mb, rss_mb, run_driver
 from bench.workloads import Ask
-from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
-from gateway.config_file import parse_config
-from gateway.templates import WORKSPACE_FILES
-from memory.sessions import SessionStore
+from gateway.cli.templates import WORKSPACE_FILES
+from gateway.config.file import parse_config
+from gateway.service.app import Runtime, open_runtime
+from memory.sessions.store import SessionStore
 
 
 def _workspace(root: Path) -> Path:
@@ -127,7 +127,7 @@ async def rss(run: Run) -> dict[str, Any]:
     service and the Telegram channel with python-telegram-bot (discord.py only comes with
     Discord enabled).
     """
-    for module in ("gateway.cli", "gateway.service", "channels.telegram"):
+    for module in ("gateway.cli.main", "gateway.service.run", "channels.telegram.channel"):
         importlib.import_module(module)
     async with memgate(run, "e") as (_, ask):
         started_mb = rss_mb()

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from memory.files import MemoryFiles
-from memory.search import MemorySearch
+from memory.search.searcher import MemorySearch
 
 SEED = 20260101
 # Common Chinese characters, most frequent first, so a Zipf draw gives text with realistic repeats.

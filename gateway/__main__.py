@@ -1,6 +1,6 @@
 """`python -m gateway` is the `memgate` command."""
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.errors import BudgetError
-from memory.sessions import Session, history_window, legal_messages, window_start
+from memory.sessions.store import Session, history_window, legal_messages, window_start
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from gateway.app import Runtime, open_runtime
 from gateway.bus import InboundMessage
-from gateway.config import Config
-from gateway.config_file import parse_config
-from gateway.control import request
-from gateway.provider import OpenAIProvider
+from gateway.config.file import parse_config
+from gateway.config.models import Config
+from gateway.llm.provider import OpenAIProvider
+from gateway.service.app import Runtime, open_runtime
+from gateway.service.control import request
 from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm

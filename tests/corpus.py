@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.files import MemoryFiles
-from memory.sessions import SessionStore
+from memory.sessions.store import SessionStore
 
 HISTORY = [
     "[2026-01-02 09:15] Alice planned a trip to Kyoto in April with her sister Maya; they booked "

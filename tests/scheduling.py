@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from channels.telegram import TelegramChannel
-from gateway.access import AccessInForce
-from gateway.app import Runtime, open_runtime
-from gateway.jobs import Job, new_job
-from gateway.service import chat_ready, chat_sender
+from channels.telegram.channel import TelegramChannel
+from gateway.automation.jobs import Job, new_job
+from gateway.service.access import AccessInForce
+from gateway.service.app import Runtime, open_runtime
+from gateway.service.run import chat_ready, chat_sender
 from tests.conftest import ManualClock, build_config, deep_merge
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram

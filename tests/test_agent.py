@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import gateway.context
-from gateway.app import Runtime
-from gateway.status import describe
-from memory.session_file import parse_session_bytes
+import gateway.agent.context
+from gateway.cli.status import describe
+from gateway.service.app import Runtime
+from memory.sessions.file import parse_session_bytes
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import (
     FakeLLM,
@@ -74,7 +74,7 @@ async def test_memory_in_system_prompt_history_not_and_prompt_is_stable(
     runtime: Runtime, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MEMORY.md is in the system prompt, HISTORY.md is not, and the prompt is byte-stable."""
-    monkeypatch.setattr(gateway.context, "datetime", DayLater)
+    monkeypatch.setattr(gateway.agent.context, "datetime", DayLater)
     runtime.memory.memory_md.write_text("# Long-term Memory\n\nUser likes green tea.\n")
     runtime.memory.history_md.write_text("[2026-01-01 10:00] Talked about SECRET-HISTORY.\n\n")
     await runtime.agent.handle(inbound("first"))
@@ -400,7 +400,7 @@ async def test_a_failure_outside_the_model_is_one_log_line_and_a_reply_naming_it
 ) -> None:
     """A session file that cannot be read ends the turn in an apology naming the error, not a raise."""
     runtime.sessions.path_for("test:42").mkdir(parents=True)
-    with caplog.at_level(logging.DEBUG, logger="gateway.agent"):
+    with caplog.at_level(logging.DEBUG, logger="gateway.agent.loop"):
         reply = await runtime.agent.handle(inbound("hello"))
     assert reply is not None and reply.failed and reply.on_sent is None
     assert reply.text.startswith("Sorry, something went wrong while answering (IsADirectoryError")

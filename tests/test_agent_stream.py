@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.conftest import inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from memory.budget import Part, PromptBudget
 from memory.errors import BudgetError
-from memory.sessions import Session, SessionStore
+from memory.sessions.store import Session, SessionStore
 from memory.tokens import TokenCounter
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM

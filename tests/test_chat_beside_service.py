@@ -44,7 +44,7 @@ async def test_chat_is_answered_by_the_running_service(
         )
         assert (code, out.strip()) == (0, "Answered by the service."), err
         # Attached, the terminal needs neither the agent nor the model's SDK (a quick start).
-        assert "gateway.agent" not in imported(err) and "openai" not in imported(err)
+        assert "gateway.agent.loop" not in imported(err) and "openai" not in imported(err)
         assert len(fake_llm.chat_requests()) == 1
         session = tmp_path / "workspace" / "sessions" / "terminal:local.jsonl"
         turns = [json.loads(line) for line in session.read_text().splitlines()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from channels.base import Command
-from gateway.commands import (
+from gateway.agent.commands import (
     AGENT_COMMANDS,
     COMMANDS,
     HELP_TEXT,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config_file import load_config, render_config, write_private
+from gateway.config.file import load_config, render_config, write_private
 from gateway.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config_reference import TARGET, render, undocumented
+from gateway.config.reference import TARGET, render, undocumented
 
 
 def test_every_key_has_a_meaning() -> None:

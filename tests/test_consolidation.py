@@ -9,8 +9,8 @@ import re
 from datetime import UTC
 from pathlib import Path
 
-from gateway.app import Runtime
-from memory.sessions import SessionStore
+from gateway.service.app import Runtime
+from memory.sessions.store import SessionStore
 from tests.conftest import RuntimeFactory, history_entries, inbound, markers, turns
 from tests.fakes.llm import (
     FakeLLM,

@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory, history_entries, inbound, markers, turns
 from tests.fakes.llm import FakeLLM, conversation_lines, is_consolidation, text, tool_call
 

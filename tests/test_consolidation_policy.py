@@ -1,4 +1,4 @@
-"""Consolidation policy with plain values (memory/chunking.py), and chunks sized as they are sent."""
+"""Consolidation policy with plain values (memory/consolidation/chunking.py), and chunks sized as they are sent."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from memory.chunking import KEEP_TURNS, Trigger, keep_from, split, target, user_boundary
-from memory.sessions import SessionStore
-from memory.summariser import save_memory_tool
+from memory.consolidation.chunking import (
+    KEEP_TURNS,
+    Trigger,
+    keep_from,
+    split,
+    target,
+    user_boundary,
+)
+from memory.consolidation.summariser import save_memory_tool
+from memory.sessions.store import SessionStore
 from tests.conftest import RuntimeFactory, inbound, markers
 from tests.fakes.llm import FakeLLM
 

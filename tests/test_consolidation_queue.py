@@ -1,4 +1,4 @@
-"""The consolidation queue (memory/work_queue.py) with plain jobs: dedupe, again, retry, errors."""
+"""The consolidation queue (memory/consolidation/work_queue.py) with plain jobs: dedupe, again, retry, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from memory.work_queue import WorkQueue
+from memory.consolidation.work_queue import WorkQueue
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ async def test_a_failing_job_is_logged_in_one_line_and_the_worker_goes_on(
     queue: WorkQueue[Item] = WorkQueue("test", process, lambda item: None)
     queue.put(Item("bad"))
     queue.put(Item("good"))
-    with caplog.at_level(logging.DEBUG, logger="memory.work_queue"):
+    with caplog.at_level(logging.DEBUG, logger="memory.consolidation.work_queue"):
         await serve(queue, done)
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == [

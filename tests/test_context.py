@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC
 from pathlib import Path
 
-from gateway.app import Runtime
-from gateway.context import ContextBuilder
-from gateway.scope import private_scope
+from gateway.agent.context import ContextBuilder
+from gateway.service.app import Runtime
+from gateway.tools.scope import private_scope
 from memory.files import MemoryFiles
 from tests.conftest import inbound
 from tests.fakes.llm import FakeLLM, text, tool_call

@@ -13,10 +13,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.app import Runtime
-from gateway.control import MAX_REQUEST, control_server, request, socket_path
-from gateway.job_tools import JobTools
-from gateway.jobs import new_job
+from gateway.automation.jobs import new_job
+from gateway.service.app import Runtime
+from gateway.service.control import MAX_REQUEST, control_server, request, socket_path
+from gateway.tools.jobs import JobTools
 from tests.fakes.llm import FakeLLM
 
 UTC = ZoneInfo("UTC")

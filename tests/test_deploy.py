@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.cli import EX_CONFIG
-from gateway.config import Config
-from gateway.config_file import load_config
+from gateway.cli.main import EX_CONFIG
+from gateway.config.file import load_config
+from gateway.config.models import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

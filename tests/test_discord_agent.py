@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.fakes.discord_api import ALICE, DM, MALLORY, STRANGER_DM, FakeDiscord, barrier, serving
 from tests.fakes.llm import FakeLLM, text
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from channels.base import ChannelConfigError
-from channels.discord import DiscordChannel
-from channels.discord_connect import DiscordChannelError
+from channels.discord.channel import DiscordChannel
+from channels.discord.connect import DiscordChannelError
 from gateway.bus import Handler, InboundMessage, OutboundMessage
-from gateway.config import DiscordConfig
+from gateway.config.models import DiscordConfig
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, Recorder, barrier, serving
 

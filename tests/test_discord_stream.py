@@ -9,8 +9,8 @@ import pytest
 
 from channels.base import FENCE, split_message
 from channels.live import EVERY
-from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
+from gateway.service.app import Runtime
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, serving
 from tests.fakes.llm import FakeLLM, text
 

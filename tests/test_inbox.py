@@ -10,8 +10,8 @@ import pytest
 
 import channels.inbox
 from channels.inbox import Inbox
-from channels.telegram import TelegramChannel
-from gateway.app import Runtime
+from channels.telegram.channel import TelegramChannel
+from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
 from tests.fakes.telegram_api import WAIT, FakeTelegram, make_channel, running
 

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from gateway.app import Runtime
-from gateway.control import control_server, request, socket_path
-from gateway.job_tools import JobTools
-from gateway.jobs import JobStore, new_job
+from gateway.automation.jobs import JobStore, new_job
+from gateway.service.app import Runtime
+from gateway.service.control import control_server, request, socket_path
+from gateway.tools.jobs import JobTools
 from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, text, tool_call
 

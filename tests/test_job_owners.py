@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.access import AccessInForce
-from gateway.jobs import JobStore, new_job
+from gateway.automation.jobs import JobStore, new_job
+from gateway.service.access import AccessInForce
 from tests.conftest import ManualClock, memgate, memgate_run, service_config, wait_for_log
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram

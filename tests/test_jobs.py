@@ -9,7 +9,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gateway.jobs import JobError, JobStore, new_job, next_after, next_cron, parse_interval
+from gateway.automation.jobs import (
+    JobError,
+    JobStore,
+    new_job,
+    next_after,
+    next_cron,
+    parse_interval,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

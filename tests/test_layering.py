@@ -1,4 +1,9 @@
-"""The dependency direction between packages, checked on the source: a forbidden import fails here."""
+"""The dependency rules, checked on the source: a forbidden import fails here.
+
+Three packages, one direction (channels/ and memory/ never import the agent); inside each, rooms
+(a subpackage, or a module at the package's root) on floors: a room imports only rooms on lower
+floors of its package, never one beside it, and nothing runs back up. Each third-party SDK has one
+owner."""
 
 from __future__ import annotations
 
@@ -6,31 +11,64 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gateway", "channels", "memory")
+
+# Top floor first. A room is named by its subpackage; a root module is the package's own room
+# ("gateway" etc.) unless it is named here on a floor of its own.
+FLOORS: dict[str, list[set[str]]] = {
+    "gateway": [
+        {"gateway.__main__"},  # `python -m gateway`: the command line
+        {"gateway.cli"},
+        {"gateway.service"},
+        {"gateway.agent"},
+        {"gateway.tools", "gateway.media"},
+        {"gateway.automation", "gateway.llm", "gateway.config"},
+        {"gateway"},  # bus, errors, logs, state, units: shared by every room above
+    ],
+    "channels": [
+        {"channels.telegram", "channels.discord"},
+        {"channels"},  # base, admission, inbox, pairing, live and the small helpers
+    ],
+    "memory": [
+        {"memory.consolidation", "memory.search"},
+        {"memory.budget"},
+        {"memory.sessions"},
+        {"memory"},  # fileio, files, tokens, errors
+    ],
+}
+# What a package may take from another: channels only the message types, their own settings
+# models and the one file writer; memory nothing of ours.
+ACROSS: dict[str, set[str]] = {
+    "gateway": {"channels", "memory"},
+    "channels": {"gateway.bus", "gateway.config.models", "memory.fileio"},
+    "memory": set(),
+}
+
 # Third-party SDKs and heavy libraries, each owned by exactly one module, or by the declared
 # modules of one adapter (each chat SDK: that adapter's parts).
-TELEGRAM_ADAPTER = (
-    "channels/telegram.py",
-    "channels/telegram_connect.py",
-    "channels/telegram_delivery.py",
-    "channels/telegram_media.py",
-    "channels/telegram_mentions.py",
-    "channels/telegram_updates.py",
+TELEGRAM_ADAPTER = tuple(
+    f"channels/telegram/{name}.py"
+    for name in ("channel", "connect", "delivery", "media", "mentions", "updates")
 )
-DISCORD_ADAPTER = ("channels/discord.py", "channels/discord_connect.py", "channels/discord_live.py")
+DISCORD_ADAPTER = (
+    "channels/discord/channel.py",
+    "channels/discord/connect.py",
+    "channels/discord/live.py",
+)
 OWNERS: dict[str, str | tuple[str, ...]] = {
-    "openai": "gateway/provider.py",
+    "openai": "gateway/llm/provider.py",
     "telegram": TELEGRAM_ADAPTER,
     "discord": DISCORD_ADAPTER,
     "tiktoken": "memory/tokens.py",
     "tiktoken_ext": "memory/tokens.py",
-    "prometheus_client": "gateway/metrics.py",
-    "yaml": "gateway/config_file.py",
-    "PIL": "gateway/images.py",
-    "pypdf": "gateway/documents.py",
-    "mcp": "gateway/mcp.py",
+    "prometheus_client": "gateway/service/metrics.py",
+    "yaml": "gateway/config/file.py",
+    "PIL": "gateway/media/images.py",
+    "pypdf": "gateway/media/documents.py",
+    "mcp": "gateway/tools/mcp.py",
     # The transport under both the openai and the mcp SDK: their owners name its errors.
-    "httpx2": ("gateway/mcp.py", "gateway/provider.py"),
-    "jsonschema": "gateway/mcp.py",
+    "httpx2": ("gateway/tools/mcp.py", "gateway/llm/provider.py"),
+    "jsonschema": "gateway/tools/mcp.py",
 }
 
 
@@ -42,36 +80,105 @@ def imports_of(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-    return found
+            # `from gateway.x import y` may name a module y of the package x.
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if _exists(name) or "." not in name or not _ours(name)}
+
+
+def _ours(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+def _exists(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def room_of(module: str) -> str:
+    """The room a module of ours lives in: its subpackage, a root module named on a floor of its
+    own, or the package's root."""
+    parts = module.split(".")
+    package = parts[0]
+    if len(parts) > 1 and (ROOT / package / parts[1]).is_dir():
+        return f"{package}.{parts[1]}"
+    named = {room for floor in FLOORS[package] for room in floor}
+    return module if module in named else package
+
+
+def floor_of(room: str) -> int:
+    package = room.split(".")[0]
+    return next(i for i, floor in enumerate(FLOORS[package]) if room in floor)
 
 
 def modules(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def test_memory_imports_neither_gateway_nor_channels() -> None:
-    """memory/ reaches the model through its own interface, never through the gateway."""
-    for path in modules("memory"):
-        for name in imports_of(path):
-            assert name.split(".")[0] not in {"gateway", "channels"}, f"{path}: {name}"
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-def test_channels_import_only_the_bus() -> None:
-    """channels/ may import gateway.bus, gateway.config (its models), memory.fileio and each other."""
-    for path in modules("channels"):
-        for name in imports_of(path):
-            top = name.split(".")[0]
-            if top == "gateway":
-                # The bus, and the config models a channel takes as its settings.
-                assert name in ("gateway.bus", "gateway.config"), f"{path}: {name}"
-            if top == "memory":
-                # The one file writer is a leaf every package shares.
-                assert name == "memory.fileio", f"{path}: {name}"
+def source_imports() -> list[tuple[str, str]]:
+    """Every (importer, imported) pair of our modules, from the source."""
+    return [
+        (module_name(path), name)
+        for package in PACKAGES
+        for path in modules(package)
+        for name in sorted(imports_of(path))
+        if _ours(name)
+    ]
+
+
+def forbidden(pairs: list[tuple[str, str]]) -> list[str]:
+    """The imports among `pairs` against the rules, as `importer -> imported (why)`."""
+    wrong = []
+    for importer, name in pairs:
+        package, target = importer.split(".")[0], name.split(".")[0]
+        if target != package:
+            if not any(name == a or name.startswith(f"{a}.") for a in ACROSS[package]):
+                wrong.append(f"{importer} -> {name} (across packages)")
+            continue
+        mine, theirs = room_of(importer), room_of(name)
+        if theirs != mine and floor_of(theirs) <= floor_of(mine):
+            wrong.append(f"{importer} -> {name} ({theirs} is not below {mine})")
+    return wrong
+
+
+def test_every_room_is_on_a_floor() -> None:
+    """Each subpackage has its floor, so a new folder must be placed before it can be imported."""
+    for package in PACKAGES:
+        rooms = {room_of(module_name(path)) for path in modules(package)}
+        placed = {room for floor in FLOORS[package] for room in floor}
+        assert rooms <= placed, f"not on a floor: {sorted(rooms - placed)}"
+
+
+def test_imports_run_down_the_floors_and_never_across_a_floor() -> None:
+    """No room imports one above it or beside it; packages only as ACROSS allows."""
+    assert forbidden(source_imports()) == []
+
+
+def test_the_rules_catch_an_arrow_back_up_or_across() -> None:
+    """The check is live: an import up a floor, beside on a floor, or across packages is named."""
+    assert forbidden(
+        [
+            ("gateway.llm.provider", "gateway.agent.loop"),
+            ("gateway.media.reader", "gateway.tools.scope"),
+            ("channels.base", "gateway.agent.commands"),
+            ("memory.sessions.store", "memory.search.searcher"),
+            ("gateway.agent.loop", "gateway.llm.types"),
+        ]
+    ) == [
+        "gateway.llm.provider -> gateway.agent.loop (gateway.agent is not below gateway.llm)",
+        "gateway.media.reader -> gateway.tools.scope (gateway.tools is not below gateway.media)",
+        "channels.base -> gateway.agent.commands (across packages)",
+        "memory.sessions.store -> memory.search.searcher "
+        "(memory.search is not below memory.sessions)",
+    ]
 
 
 def test_each_sdk_is_imported_by_one_module() -> None:
     """openai, telegram, discord, tiktoken, yaml, mcp and its helpers each have one owner module."""
-    for package in ("gateway", "channels", "memory"):
+    for package in PACKAGES:
         for path in modules(package):
             relative = path.relative_to(ROOT).as_posix()
             for name in imports_of(path):
@@ -84,14 +191,13 @@ def test_each_sdk_is_imported_by_one_module() -> None:
 
 def test_bus_imports_nothing_of_ours() -> None:
     """gateway/bus.py is the leaf every channel depends on."""
-    ours = {"gateway", "channels", "memory"}
-    assert not {n.split(".")[0] for n in imports_of(ROOT / "gateway" / "bus.py")} & ours
+    assert not {n for n in imports_of(ROOT / "gateway" / "bus.py") if _ours(n)}
 
 
 def test_channels_take_only_the_channel_models_from_the_config() -> None:
-    """Of gateway.config a channel imports only its own settings model, nothing of the loading."""
+    """Of the config a channel imports only its own settings model, nothing of the loading."""
     for path in modules("channels"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "gateway.config":
+            if isinstance(node, ast.ImportFrom) and node.module == "gateway.config.models":
                 names = {alias.name for alias in node.names}
                 assert names <= {"TelegramConfig", "DiscordConfig"}, f"{path}: {names}"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memory.consolidate import Job
+from memory.consolidation.consolidator import Job
 from tests.conftest import RuntimeFactory, free_port, inbound, memgate
 from tests.fakes.llm import FakeLLM, error
 
@@ -45,7 +45,7 @@ def agent_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.name == "gateway.agent"
+        if r.name == "gateway.agent.loop"
         and r.levelno >= logging.INFO
         and "llm failed" in r.getMessage()
     ]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config_file import parse_config
+from gateway.config.file import parse_config
 from gateway.errors import ConfigError
 from memory.fileio import ensure_private_dir
 from tests.conftest import memgate

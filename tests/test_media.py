@@ -10,8 +10,8 @@ import json
 import wave
 from pathlib import Path
 
-from gateway.audio import audio_seconds, format_duration
 from gateway.bus import InboundMessage
+from gateway.media.audio import audio_seconds, format_duration
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, consolidation_prompt, image_parts, last_user_text, text
 from tests.samples import jpeg, ogg_opus, pdf

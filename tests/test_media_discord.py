@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, DM, FakeDiscord, serving

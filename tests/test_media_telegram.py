@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory
 from tests.fakes.llm import FakeLLM, error, image_parts, last_user_text
 from tests.fakes.telegram_api import FakeTelegram, make_channel, running
@@ -111,7 +111,7 @@ async def test_refused_vision_answers_without_the_image_and_stops_sending_images
 ) -> None:
     """The endpoint refuses image parts: answered without it, one warning, later photos skip it."""
     fake_llm.vision_unsupported = True
-    with caplog.at_level(logging.WARNING, logger="gateway.provider"):
+    with caplog.at_level(logging.WARNING, logger="gateway.llm.provider"):
         send_photo(chat, "first", "P1")
         [first] = await chat.wait_sent(1)
         send_photo(chat, "second", "P2")

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gateway.app import Runtime
-from memory.entries import RAW_CAP
+from gateway.service.app import Runtime
+from memory.consolidation.entries import RAW_CAP
 from tests.conftest import ManualClock, RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, error, is_consolidation, text, tool_call
 

@@ -12,13 +12,13 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from gateway.app import Runtime
-from gateway.scope import ScopeGuard, private_scope
-from gateway.status import describe
-from gateway.tools import MemorySeen, ToolRegistry, WorkspaceFiles, turn_memory
-from memory.consolidate import Job
+from gateway.cli.status import describe
+from gateway.service.app import Runtime
+from gateway.tools.files import MemorySeen, ToolRegistry, WorkspaceFiles, turn_memory
+from gateway.tools.scope import ScopeGuard, private_scope
+from memory.consolidation.consolidator import Job
 from memory.files import MemoryFiles
-from memory.sessions import SessionStore
+from memory.sessions.store import SessionStore
 from tests.conftest import ManualClock, RuntimeFactory, inbound, memgate, turns
 from tests.fakes.llm import (
     FakeLLM,

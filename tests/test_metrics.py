@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.metrics import Metrics
+from gateway.service.metrics import Metrics
 
 
 def test_messages_count_by_channel_and_tokens_by_kind() -> None:

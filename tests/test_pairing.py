@@ -20,7 +20,7 @@ from channels.pairing import (
     pair_command,
 )
 from gateway.bus import InboundMessage
-from gateway.scope import GROUP, PRIVATE, scope_for
+from gateway.tools.scope import GROUP, PRIVATE, scope_for
 
 CODE = re.compile(r"^[A-HJ-NP-Z2-9]{8}$")
 

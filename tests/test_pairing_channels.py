@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from channels.pairing import PairingStore
-from gateway.app import Runtime
 from gateway.bus import InboundMessage
+from gateway.service.app import Runtime
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import (
     ALICE,

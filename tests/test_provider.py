@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gateway.errors import LLMError, LLMRateLimitError, LLMStatusError
-from gateway.llm_types import ToolCall
-from gateway.provider import OpenAIProvider
+from gateway.llm.provider import OpenAIProvider
+from gateway.llm.types import ToolCall
 from tests.fakes.llm import FakeLLM, error, text, tool_call
 
 

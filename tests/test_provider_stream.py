@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.provider import OpenAIProvider
+from gateway.llm.provider import OpenAIProvider
 from tests.fakes.llm import STREAM_TOKEN, FakeLLM, error, text, tool_call
 
 ASK = [{"role": "user", "content": "hi"}]
@@ -69,7 +69,7 @@ async def test_refused_streaming_falls_back_once(
     fake_llm.push(text("second answer"))
     chat = provider(fake_llm)
     sinks = [Pieces(), Pieces()]
-    with caplog.at_level(logging.WARNING, logger="gateway.provider"):
+    with caplog.at_level(logging.WARNING, logger="gateway.llm.provider"):
         first = await chat.stream_chat(ASK, on_text=sinks[0])
         second = await chat.stream_chat(ASK, on_text=sinks[1])
     await chat.close()
@@ -128,7 +128,7 @@ async def test_refused_tools_are_dropped_and_the_answer_still_streams(
     fake_llm.push(text("no tools needed"))
     chat = provider(fake_llm)
     sink = Pieces()
-    with caplog.at_level(logging.WARNING, logger="gateway.provider"):
+    with caplog.at_level(logging.WARNING, logger="gateway.llm.provider"):
         response = await chat.stream_chat(ASK, [_TOOL], on_text=sink)
     await chat.close()
     assert response.content == "".join(sink.pieces) == "no tools needed"

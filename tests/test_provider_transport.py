@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.errors import LLMConnectionError, LLMTimeoutError
-from gateway.provider import OpenAIProvider
+from gateway.llm.provider import OpenAIProvider
 from tests.conftest import free_port
 from tests.fakes.llm import FakeLLM, drop, text
 

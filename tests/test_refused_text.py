@@ -10,7 +10,7 @@ import secrets
 from pathlib import Path
 
 from channels.pairing import PairingStore
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, GENERAL, MALLORY, STRANGER_DM, FakeDiscord, serving
 from tests.fakes.telegram_api import FakeTelegram, make_channel, running

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.automation.heartbeat import Heartbeat
+from gateway.automation.scheduler import CHANNEL_WAIT, RETRY_DELAYS
 from gateway.bus import OutboundMessage
-from gateway.heartbeat import Heartbeat
-from gateway.scheduler import CHANNEL_WAIT, RETRY_DELAYS
-from gateway.service import chat_sender
+from gateway.service.run import chat_sender
 from tests.conftest import ManualClock
 from tests.fakes.llm import FakeLLM, last_user_text, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
@@ -165,7 +165,7 @@ async def test_a_job_missed_beyond_grace_is_skipped_with_a_log_line(
         daily = job(gw.runtime, cron="15 10 * * *", message="Daily")
         await clock.idle_until(once.next_run)
     await clock.advance(2 * 3600 + 10 * 60)
-    caplog.set_level(logging.WARNING, logger="gateway.scheduler")
+    caplog.set_level(logging.WARNING, logger="gateway.automation.scheduler")
     async with gateway(tmp_path, fake_llm, fake_telegram, clock) as gw:
         tomorrow = datetime(2026, 3, 27, 10, 15, tzinfo=TZ).timestamp()
         await clock.idle_until(tomorrow)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from channels.admission import AllowList
-from channels.telegram import TelegramChannel
-from gateway.app import Runtime
-from gateway.config import TelegramConfig
-from gateway.scope import (
+from channels.telegram.channel import TelegramChannel
+from gateway.config.models import TelegramConfig
+from gateway.service.app import Runtime
+from gateway.tools.scope import (
     PathRefusedError,
     ScopeGuard,
     folds_case,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from memory.files import MemoryFiles
-from memory.search import Hit, MemorySearch
-from memory.sessions import SessionStore
+from memory.search.searcher import Hit, MemorySearch
+from memory.sessions.store import SessionStore
 from tests.corpus import (
     HISTORY,
     MEMORY,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from memory.errors import SearchPathError
-from memory.search import Hit, MemorySearch
-from memory.search_display import format_hits, terminal_progress
-from memory.search_tools import SEARCH_PROMPT, search_tools
+from memory.search.display import format_hits, terminal_progress
+from memory.search.searcher import Hit, MemorySearch
+from memory.search.tools import SEARCH_PROMPT, search_tools
 from tests.corpus import archived_path, line_of, write_corpus
 
 

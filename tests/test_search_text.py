@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.search_text import Query, make_snippet, parse_query, segment, unsegment
+from memory.search.text import Query, make_snippet, parse_query, segment, unsegment
 
 
 def test_cjk_characters_become_separate_tokens_and_come_back_unchanged() -> None:

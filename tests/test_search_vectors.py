@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.provider import OpenAIEmbedder
+from gateway.llm.provider import OpenAIEmbedder
 from memory.files import MemoryFiles
-from memory.search import MemorySearch
+from memory.search.searcher import MemorySearch
 from tests.conftest import RuntimeFactory, inbound
 from tests.corpus import CAR, write_corpus
 from tests.fakes.llm import FakeLLM, error, text, tool_call, tool_results
@@ -90,7 +90,7 @@ async def test_failing_endpoint_falls_back_to_keywords(
 ) -> None:
     """HTTP 500 from the embeddings endpoint: keyword hits, and a warning in the log."""
     fake_llm.embedding_error = error(500, "embedder down")
-    with caplog.at_level(logging.WARNING, logger="memory.search"):
+    with caplog.at_level(logging.WARNING, logger="memory.search.searcher"):
         hits = await open_search().search("Kyoto")
     assert places(hits) == places(await open_search(embedder=False).search("Kyoto"))
     assert any("embedder down" in r.getMessage() for r in caplog.records)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.session_file import file_name, parse_session_bytes
-from memory.sessions import SessionStore
+from memory.sessions.file import file_name, parse_session_bytes
+from memory.sessions.store import SessionStore
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM
 
@@ -91,7 +91,7 @@ async def test_an_unsynced_append_returns_once_written_and_a_synced_one_waits_fo
     """With the disk's sync held: `synced=False` returns with its line in the file and in the
     session; a synced append of another session does not return until the sync is done."""
     disk = HeldDisk()
-    monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+    monkeypatch.setattr("memory.sessions.commit.os.fsync", disk.fsync)
     store = SessionStore(tmp_path, UTC)
     quick, careful = await store.get("t:quick"), await store.get("t:careful")
     synced = asyncio.ensure_future(store.add_messages(careful, [{"role": "user", "content": "b"}]))
@@ -145,7 +145,7 @@ async def test_the_next_synced_append_waits_until_an_unsynced_line_is_on_disk(
     """A user line written unsynced, then the answer: the answer's append returns only after an
     fsync of the file that holds both lines."""
     disk = HeldDisk()
-    monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+    monkeypatch.setattr("memory.sessions.commit.os.fsync", disk.fsync)
     store = SessionStore(tmp_path, UTC)
     session = await store.get("t:1")
     await store.add_messages(session, [{"role": "user", "content": "q"}], synced=False)
@@ -168,7 +168,7 @@ async def test_the_model_is_asked_while_the_users_line_is_still_being_synced(
     and the answer comes back only once the disk has synced."""
     async with make_runtime() as runtime:
         disk = HeldDisk()
-        monkeypatch.setattr("memory.session_commit.os.fsync", disk.fsync)
+        monkeypatch.setattr("memory.sessions.commit.os.fsync", disk.fsync)
         turn = asyncio.ensure_future(runtime.agent.handle(inbound("hello")))
         await fake_llm.wait_for_requests(1, kind="chat")
         path = runtime.sessions.path_for("test:42")

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.replay import ReplayAction, find_replay
+from gateway.agent.replay import ReplayAction, find_replay
 from memory.errors import HistoryNotLoadedError
-from memory.session_file import Loaded, file_name, parse_session_bytes
-from memory.session_index import index_path, load_session, owed_among, trim
-from memory.sessions import SessionStore, history_window
+from memory.sessions.file import Loaded, file_name, parse_session_bytes
+from memory.sessions.index import index_path, load_session, owed_among, trim
+from memory.sessions.store import SessionStore, history_window
 
 KEY = "t:1"
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.failures import read_failure_report
-from memory.search import MemorySearch
-from memory.session_file import file_name, key_from_file_name, parse_session_bytes
-from memory.sessions import SessionStore, history_window, legal_messages
+from memory.consolidation.failures import read_failure_report
+from memory.search.searcher import MemorySearch
+from memory.sessions.file import file_name, key_from_file_name, parse_session_bytes
+from memory.sessions.store import SessionStore, history_window, legal_messages
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM
 
@@ -194,7 +194,7 @@ async def test_a_malformed_record_costs_only_itself(
         f"{line}\n"
         '{"role":"assistant","content":"after","timestamp":"2026-01-01T10:00:01+00:00"}\n'
     )
-    with caplog.at_level(logging.WARNING, logger="memory.session_file"):
+    with caplog.at_level(logging.WARNING, logger="memory.sessions.file"):
         async with make_runtime() as runtime:
             reply = await runtime.agent.handle(inbound("still there?"))
             assert reply is not None and reply.text == "echo: still there?"

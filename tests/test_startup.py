@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import Runtime
-from gateway.cli import collector_paused
-from gateway.on_demand import OnDemand
+from gateway.cli.main import collector_paused
+from gateway.llm.on_demand import OnDemand
+from gateway.service.app import Runtime
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
 from tests.conftest import RuntimeFactory, inbound, memgate
@@ -63,7 +63,7 @@ async def test_chat_message_imports_no_channel_mcp_health_or_document_library(
     config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
     fake_llm.push(text("Hello from the fake model."))
     env = {"MEMGATE_HOME": str(home), "OPENAI_API_KEY": "sk-start-test-key-123456"}
-    body = "from gateway.cli import main\nmain(['chat', '-m', 'hi there'])"
+    body = "from gateway.cli.main import main\nmain(['chat', '-m', 'hi there'])"
     code, out, loaded = await probe(body, env)
     assert code == 0 and "Hello from the fake model." in out
     assert loaded == []
@@ -84,9 +84,9 @@ channels:
 import asyncio
 import gc
 from pathlib import Path
-from gateway.app import open_runtime
-from gateway.config_file import load_config
-from gateway.service import build_channels
+from gateway.service.app import open_runtime
+from gateway.config.file import load_config
+from gateway.service.run import build_channels
 
 async def main():
     config = load_config(Path({str(config)!r}), must_exist=True)

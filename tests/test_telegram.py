@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-import channels.telegram
-import channels.telegram_delivery
+import channels.telegram.channel
+import channels.telegram.delivery
 from channels.base import ChannelConfigError
-from channels.telegram import TelegramChannel
-from channels.telegram_connect import TelegramConfigError
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.connect import TelegramConfigError
 from channels.utf16 import utf16_length
-from gateway.app import Runtime
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.config import TelegramConfig
-from gateway.config_file import load_config
+from gateway.config.file import load_config
+from gateway.config.models import TelegramConfig
 from gateway.errors import ConfigError
 from gateway.logs import RedactingFilter
+from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, last_user_text, text
 from tests.fakes.telegram_api import (
@@ -337,7 +337,7 @@ async def test_typing_runs_while_the_handler_works_and_stops(
     fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sendChatAction repeats while the handler works and stops once it returned."""
-    monkeypatch.setattr(channels.telegram_delivery, "TYPING_EVERY", 0.05)
+    monkeypatch.setattr(channels.telegram.delivery, "TYPING_EVERY", 0.05)
     release = asyncio.Event()
 
     def typing(chat_id: int) -> list[Any]:
@@ -637,7 +637,7 @@ async def test_a_send_failing_once_with_a_5xx_is_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A 502 on sendMessage is tried again after a short backoff, and the reply arrives once."""
-    monkeypatch.setattr(channels.telegram_delivery, "SEND_BACKOFF", 0.01)
+    monkeypatch.setattr(channels.telegram.delivery, "SEND_BACKOFF", 0.01)
     fake.fail_next("sendMessage", 502, "Bad Gateway")
     handler = Recorder()
     async with running(make_channel(fake, tmp_path, handler)):
@@ -656,8 +656,8 @@ async def test_a_send_failing_with_5xx_every_time_is_given_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """After SEND_ATTEMPTS 5xx the piece is logged as failed; the next reply goes out."""
-    monkeypatch.setattr(channels.telegram_delivery, "SEND_BACKOFF", 0.01)
-    for _ in range(channels.telegram_delivery.SEND_ATTEMPTS):
+    monkeypatch.setattr(channels.telegram.delivery, "SEND_BACKOFF", 0.01)
+    for _ in range(channels.telegram.delivery.SEND_ATTEMPTS):
         fake.fail_next("sendMessage", 500, "Internal Server Error")
     async with running(make_channel(fake, tmp_path, Recorder())):
         fake.message("one")
@@ -665,7 +665,7 @@ async def test_a_send_failing_with_5xx_every_time_is_given_up(
         [sent] = await fake.wait_sent(1)
     assert sent["text"] == "echo: two"
     statuses = [c.status for c in fake.calls_to("sendMessage")]
-    assert statuses == [500] * channels.telegram_delivery.SEND_ATTEMPTS + [200]
+    assert statuses == [500] * channels.telegram.delivery.SEND_ATTEMPTS + [200]
     assert "telegram send failed chat_id=42 error=Internal Server Error" in caplog.text
 
 
@@ -705,8 +705,8 @@ async def test_a_sticker_gets_a_short_notice(fake: FakeTelegram, tmp_path: Path)
         fake.message("and text")
         await fake.wait_sent(3)
     assert [(p["chat_id"], p["text"]) for p in fake.sent()] == [
-        (42, channels.telegram.UNSUPPORTED),
-        (-100, channels.telegram.UNSUPPORTED),
+        (42, channels.telegram.channel.UNSUPPORTED),
+        (-100, channels.telegram.channel.UNSUPPORTED),
         (42, "echo: and text"),
     ]
     assert [m.text for m in handler.seen] == ["and text"]

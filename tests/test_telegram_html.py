@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels.telegram_html import TELEGRAM_LIMIT, render_html, render_pieces
+from channels.telegram.html import TELEGRAM_LIMIT, render_html, render_pieces
 from channels.utf16 import utf16_length
 from tests.fakes.telegram_api import parse_html
 

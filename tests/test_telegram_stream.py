@@ -8,9 +8,9 @@ import json
 import pytest
 
 from channels.live import EVERY
-from channels.telegram import TelegramChannel
-from channels.telegram_html import render_html
-from gateway.app import Runtime
+from channels.telegram.channel import TelegramChannel
+from channels.telegram.html import render_html
+from gateway.service.app import Runtime
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.telegram_api import Call, FakeTelegram, parse_html
 from tests.resilience.harness import until

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from channels.terminal import Printer, TerminalChannel
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.fakes.llm import FakeLLM, text, tool_call
 
 

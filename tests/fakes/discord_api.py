@@ -23,9 +23,9 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from channels.discord import DiscordChannel
+from channels.discord.channel import DiscordChannel
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.config import DiscordConfig
+from gateway.config.models import DiscordConfig
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000

@@ -27,10 +27,10 @@ from typing import Any
 from aiohttp import web
 
 from channels.base import ChatCommands
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
+from gateway.agent.commands import command_menu, greeting
 from gateway.bus import InboundMessage, OutboundMessage
-from gateway.commands import command_menu, greeting
-from gateway.config import TelegramConfig
+from gateway.config.models import TelegramConfig
 from tests.fakes.serving import serve_until_interrupted
 
 TOKEN = "123456789:AAH-fake-token-for-tests_0123456789ab"

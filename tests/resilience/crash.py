@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.files import MEMORY_TEMPLATE
-from memory.sessions import turn_after
+from memory.sessions.store import turn_after
 from tests.fakes.llm import (
     FakeLLM,
     consolidation_reply,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.app import Runtime
-from gateway.commands import HELP_TEXT
+from gateway.agent.commands import HELP_TEXT
+from gateway.service.app import Runtime
 from tests.conftest import inbound
 from tests.fakes.llm import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram

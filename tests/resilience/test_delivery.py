@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memory.sessions import INTERRUPTED_TOOL
+from memory.sessions.store import INTERRUPTED_TOOL
 from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM, is_consolidation, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram

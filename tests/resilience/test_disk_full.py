@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import open_runtime
+from gateway.service.app import open_runtime
 from memory.files import MEMORY_TEMPLATE
-from memory.session_file import parse_session_bytes
+from memory.sessions.file import parse_session_bytes
 from tests.conftest import ManualClock, build_config, inbound
 from tests.fakes.llm import FakeLLM, is_consolidation, tool_call
 from tests.fakes.telegram_api import FakeTelegram

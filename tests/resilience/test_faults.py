@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from channels.telegram_delivery import SEND_ATTEMPTS
+from channels.telegram.delivery import SEND_ATTEMPTS
 from channels.utf16 import utf16_length
 from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, Reply, error, text, tool_call

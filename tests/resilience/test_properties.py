@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from channels.base import split_message, text_length
-from channels.telegram_html import render_html, render_pieces
+from channels.telegram.html import render_html, render_pieces
 from channels.utf16 import utf16_length
-from gateway.scope import ScopeGuard, private_scope
-from gateway.tools import ToolError, ToolRegistry, WorkspaceFiles
+from gateway.tools.files import ToolError, ToolRegistry, WorkspaceFiles
+from gateway.tools.scope import ScopeGuard, private_scope
 from memory.files import MemoryFiles
-from memory.session_file import file_name, key_from_file_name, parse_session_bytes
-from memory.sessions import SessionStore
+from memory.sessions.file import file_name, key_from_file_name, parse_session_bytes
+from memory.sessions.store import SessionStore
 from tests.fakes.telegram_api import parse_html
 
 # -- session file names -------------------------------------------------------------------------

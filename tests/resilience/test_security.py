@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.app import Runtime
+from gateway.service.app import Runtime
 from tests.conftest import inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram

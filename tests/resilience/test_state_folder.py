@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import open_runtime
-from gateway.cli import chat_history_path
+from gateway.cli.main import chat_history_path
 from gateway.errors import ConfigError, WorkspaceLockedError
-from memory.search import MemorySearch
+from gateway.service.app import open_runtime
+from memory.search.searcher import MemorySearch
 from tests.conftest import build_config
 from tests.fakes.llm import FakeLLM, parallel, text, tool_call
 from tests.fakes.telegram_api import BOT, FakeTelegram

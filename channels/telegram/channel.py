@@ -1,0 +1,490 @@
+"""The Telegram channel: python-telegram-bot long polling (or a webhook) in, HTML replies out.
+
+Every update admission lets in is journaled in the inbox (channels/inbox.py) before Telegram hears
+that it arrived, and replayed at the next start if the process died before handling it; one it
+refuses is never written, so nothing of a stranger's text reaches the disk. This module owns
+the PTB lifecycle and a message's way from update to turn; the other `channels/telegram_*.py`
+modules hold the parts (updates, mentions, media, delivery, state). Those modules are the only
+ones that import `telegram`; of ours they import `gateway.bus`, `memory.fileio` and `channels`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from telegram import Bot, Message, Update
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.request import HTTPXRequest
+
+from channels.admission import Decision, Gate, Verdict
+from channels.base import ChatCommands, parse_command
+from channels.inbox import Inbox, Json, settle
+from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
+from channels.telegram.connect import (
+    TelegramConfigError,
+    close_logged,
+    file_url,
+    log_polling_error,
+    register_commands,
+    retrying,
+)
+from channels.telegram.delivery import Target, TelegramDelivery
+from channels.telegram.media import attachments, download
+from channels.telegram.mentions import GROUPS, Addressing, admission_request
+from channels.telegram.state import UpdateCursor
+from channels.telegram.updates import UpdateQueue, UpdatesRequest, update_date
+from gateway.bus import Handler, InboundMessage, OutboundMessage
+from gateway.config.models import TelegramConfig
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
+ALLOWED_UPDATES = (Update.MESSAGE,)
+UNSUPPORTED = "I can only read text, photos, voice messages and files."
+Judged = tuple[Decision, Addressing] | None  # None: not a person's message (a channel post)
+
+
+class TelegramChannel:
+    """A Telegram bot serving allowed users, owning the python-telegram-bot lifecycle in `run()`."""
+
+    name = "telegram"
+
+    def __init__(
+        self,
+        handler: Handler,
+        settings: TelegramConfig,
+        *,
+        workspace: Path,
+        state_dir: Path,
+        pairing: PairingStore | None = None,
+        shutdown_grace: float = 10.0,
+        commands: ChatCommands | None = None,
+    ) -> None:
+        """`settings` come validated (URLs, listen address); the token, whose variable commands
+        such as `memgate init` may leave unset, and the webhook's needs are checked here."""
+        token = settings.token
+        if ":" not in token:
+            raise TelegramConfigError(
+                "channels.telegram.token: expected a BotFather token like 123:ABC…"
+            )
+        if settings.webhook_url and importlib.util.find_spec("tornado") is None:
+            raise TelegramConfigError("channels.telegram.webhook_url: webhook mode needs "
+                             "python-telegram-bot[webhooks] (tornado) installed")  # fmt: skip
+        self._handler = handler
+        self._settings = settings
+        self._token = token
+        self._pairing = pairing
+        self._commands = commands or ChatCommands()
+        approvals = pairing.is_approved if pairing is not None else None
+        self._gate = Gate.from_settings(self.name, settings, approvals)
+        self._base_file_url = settings.base_file_url or file_url(settings.base_url)
+        self._workspace = Path(workspace)
+        self._state_dir = Path(state_dir)
+        self._webhook_secret = settings.webhook_secret or secrets.token_urlsafe(32)
+        self._grace = shutdown_grace
+        self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self._started = False
+        self._up = asyncio.Event()  # set while connected
+        self._bot_id = int(token.split(":", 1)[0]) if token.split(":", 1)[0].isdigit() else 0
+        self._bot_username = ""
+        self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
+        self._tasks: asyncio.TaskGroup | None = None
+        self._active: set[asyncio.Task[None]] = set()
+        self._tails: dict[Target, asyncio.Event] = {}
+        self._delivery = TelegramDelivery(self._running_bot)
+        self._inbox: Inbox | None = None
+        self._judged: dict[int, Judged] = {}  # admission decided on arrival, until taken
+
+    def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
+        """Replace who may talk to the bot; the next message is judged by the new settings."""
+        self._gate.set_rules(allow_from, dm_policy, group_policy)
+
+    @property
+    def connected(self) -> bool:
+        """True while updates are being received (polling or the webhook is up)."""
+        return self._up.is_set()
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while connected: what a message due at start (a reminder) waits on."""
+        return self._up
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Connect, serve updates until cancelled, then stop polling and close, in that order."""
+        if self._started:
+            raise RuntimeError("TelegramChannel.run() was already started")
+        self._started = True
+        # Our own request objects, so their connections close even when initialize() failed.
+        requests = (HTTPXRequest(connection_pool_size=64), UpdatesRequest(connection_pool_size=1))
+        app = (
+            ApplicationBuilder()
+            .token(self._token)
+            .base_url(self._settings.base_url)
+            .base_file_url(self._base_file_url)
+            .request(requests[0])
+            .get_updates_request(requests[1])
+            .update_queue(UpdateQueue(self._receive))
+            .concurrent_updates(False)  # the callback only admits and queues; turns run as tasks
+            .build()
+        )
+        app.add_handler(TypeHandler(Update, self._on_update))
+        self._app = app
+        try:
+            await retrying("connect", app.initialize)
+            self._bot_id, self._bot_username = app.bot.id, app.bot.username or ""
+            # Keyed by the bot's id (public, unlike the token): another bot starts afresh.
+            self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
+            await asyncio.to_thread(self._cursor.load)
+            pending = await asyncio.to_thread(self._open_inbox)
+            await register_commands(app.bot, self._commands.menu)
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                await app.start()
+                try:
+                    await self._replay(pending)
+                    await retrying("start", self._start_updates)
+                    self._up.set()
+                    log.info(
+                        "telegram connected bot=@%s mode=%s",
+                        self._bot_username,
+                        "webhook" if self._settings.webhook_url else "polling",
+                    )
+                    await asyncio.Event().wait()  # serve until cancelled
+                finally:
+                    self._up.clear()
+                    await self._stop_updates(app)
+        finally:
+            self._tasks = None
+            if self._inbox is not None:
+                self._inbox.close()
+            await close_logged("shutdown", app.shutdown)
+            for request in requests:
+                await close_logged("request shutdown", request.shutdown)
+            log.info("telegram stopped")
+
+    async def _start_updates(self) -> None:
+        assert self._app is not None and self._app.updater is not None
+        webhook_url = self._settings.webhook_url
+        if webhook_url:
+            host, port = self._settings.webhook_address
+            await self._app.updater.start_webhook(
+                listen=host,
+                port=port,
+                url_path=urlsplit(webhook_url).path.lstrip("/"),
+                webhook_url=webhook_url,
+                secret_token=self._webhook_secret,
+                allowed_updates=ALLOWED_UPDATES,
+                max_connections=1,  # in order, so update_ids only grow
+            )
+        else:
+            await self._app.updater.start_polling(
+                timeout=POLL_TIMEOUT,
+                allowed_updates=ALLOWED_UPDATES,
+                error_callback=log_polling_error,
+            )
+
+    async def _stop_updates(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+        """No new updates; hand over the ones fetched; let running turns finish within the grace."""
+        if app.updater is not None and app.updater.running:
+            await close_logged("updater stop", app.updater.stop)
+        if app.running:
+            await close_logged("stop", app.stop)
+        if self._active:
+            await asyncio.wait(set(self._active), timeout=self._grace)
+        for task in self._active:
+            task.cancel()
+
+    def _spawn(self, coro: Awaitable[object]) -> None:
+        assert self._tasks is not None
+        task = self._tasks.create_task(_guarded(coro))
+        self._active.add(task)
+        task.add_done_callback(self._active.discard)
+
+    # -- updates ----------------------------------------------------------------------------------
+    def _receive(self, item: object) -> bool:
+        """Judge an update as it enters PTB's queue and journal it if admitted, before polling
+        confirms it to Telegram (on its next getUpdates) and before the state file records it;
+        False drops a repeat. Admission depends on the update alone, so deciding it here keeps a
+        refused message's text off the disk and costs an admitted one no crash-safety."""
+        inbox = self._inbox
+        if not isinstance(item, Update) or inbox is None:
+            return True  # PTB's stop signal
+        if inbox.holds(item.update_id) or self._cursor.handled(item.update_id, update_date(item)):
+            log.debug("telegram skipping handled update update_id=%s", item.update_id)
+            return False
+        try:
+            judged = self._judge(item.message) if item.message is not None else None
+        except Exception:  # PTB's fetching calls this: one unreadable message must not stop it
+            log.exception("telegram could not judge update update_id=%s", item.update_id)
+            judged = None
+        self._judged[item.update_id] = judged
+        if judged is not None and judged[0].verdict is Verdict.ADMIT:
+            inbox.append(item.to_dict())
+        return True
+
+    def _judge(self, message: Message) -> Judged:
+        read = admission_request(message, self._bot_id, self._bot_username)
+        return None if read is None else (self._gate.judge(read[0]), read[1])
+
+    async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
+        self._cursor.record(update.update_id, update_date(update))
+        await asyncio.to_thread(self._cursor.save)
+        self._take(update)
+
+    async def _replay(self, pending: list[Json]) -> None:
+        """Take again, oldest first, the updates a previous run received but never finished. The
+        agent skips a message it already stored, so one whose turn had begun is not doubled."""
+        if not pending:
+            return
+        log.info("telegram replaying unfinished updates count=%d", len(pending))
+        for data in pending:
+            update_id = data.get("update_id")
+            try:
+                update = Update.de_json(data, self._bot())
+            except Exception as exc:
+                log.error("telegram cannot replay update update_id=%s error=%s", update_id, exc)
+                self._finish(update_id)
+                continue
+            # Recorded, so Telegram redelivering it is not taken a second time.
+            if not self._cursor.handled(update.update_id, update_date(update)):
+                self._cursor.record(update.update_id, update_date(update))
+            self._take(update)
+        await asyncio.to_thread(self._cursor.save)
+
+    def _take(self, update: Update) -> None:
+        """Start the work for a received update; one that needs none is finished at once."""
+        if self._tasks is None:
+            return  # stopping: it stays in the inbox for the next start
+        working = False
+        if update.message is not None:
+            try:
+                working = self._admit(update.message, update.update_id)
+            except Exception:
+                log.exception("telegram could not take update update_id=%s", update.update_id)
+        if not working:
+            self._finish(update.update_id)
+
+    def _finish(self, update_id: Any) -> None:
+        if self._inbox is not None and isinstance(update_id, int):
+            self._inbox.finish(update_id)
+
+    def _admit(self, message: Message, update_id: int) -> bool:
+        """Act on admission's decision (taken on arrival; a replay judges again) and queue an
+        admitted message in its chat's order. True when work was started that finishes the
+        update in the inbox itself."""
+        known = update_id in self._judged
+        judged = self._judged.pop(update_id) if known else self._judge(message)
+        if judged is None or message.from_user is None:
+            return False
+        decision, addressing = judged
+        user, is_group = message.from_user, message.chat.type in GROUPS
+        sender_id, addressed, text = str(user.id), addressing.addressed, addressing.text
+        thread = message.message_thread_id if message.is_topic_message else None
+        target = Target(message.chat.id, thread)
+        if decision.verdict is Verdict.PAIR:
+            self._answer_stranger(target, sender_id, user.full_name)
+        if decision.verdict is not Verdict.ADMIT:
+            return False
+        command = parse_command(text)
+        name = command.name if command is not None else ""  # read as the agent reads its own
+        if name == "pair" and not is_group and self._pairing is not None:
+            self._spawn(self._answer_pair(target, sender_id, decision.owner, text))
+            return False
+        if not text and next(attachments(message), None) is None:
+            # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
+            # messages (a member joined, a pin) have no attachment and get nothing.
+            if message.effective_attachment is not None and (addressed or not is_group):
+                self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
+            return False
+        if name == "start" and self._commands.greeting:
+            self._spawn(self.send(self._outbound(target, self._commands.greeting)))
+            return False
+        previous = self._tails.get(target)
+        done = self._tails[target] = asyncio.Event()
+        self._spawn(self._intake(message, text, addressed, target, previous, done, update_id))
+        return True
+
+    def _answer_stranger(self, target: Target, sender_id: str, name: str) -> None:
+        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
+
+        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
+        the file is written only when a reply is due (a few times an hour at most)."""
+        assert self._pairing is not None
+        try:
+            answer = self._pairing.request(self.name, sender_id, name)
+        except PairingError as exc:
+            log.error("telegram pairing failed sender_id=%s: %s", sender_id, exc)
+            return
+        if answer.reply and answer.code:
+            self._spawn(self.send(self._outbound(target, stranger_reply(answer.code))))
+
+    async def _answer_pair(self, target: Target, sender_id: str, owner: bool, text: str) -> None:
+        assert self._pairing is not None
+        store = self._pairing
+        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+        await self.send(self._outbound(target, reply))
+
+    async def _intake(
+        self,
+        message: Message,
+        text: str,
+        addressed: bool,
+        target: Target,
+        previous: asyncio.Event | None,
+        done: asyncio.Event,
+        update_id: int,
+    ) -> None:
+        """Download media and build the inbound message, one at a time per chat, then start the
+        turn; turns start in arrival order but run concurrently, so a /stop is never stuck.
+        Cancelled (at shutdown), the update stays unfinished in the inbox and is replayed."""
+        try:
+            if previous is not None:
+                await previous.wait()
+            inbound = await self._inbound(message, text, addressed, target)
+            if inbound is None:
+                self._finish(update_id)
+            else:
+                # The agent logs the one INFO line per message; this detail is for debugging.
+                log.debug(
+                    "telegram message key=%s sender_id=%s media=%d",
+                    inbound.key,
+                    inbound.sender_id,
+                    len(inbound.media),
+                )
+                self._spawn(self._turn(inbound, target, update_id))
+        except Exception:
+            log.exception("telegram could not read message chat_id=%s", target.chat_id)
+            self._finish(update_id)
+        finally:
+            done.set()
+            if self._tails.get(target) is done:
+                del self._tails[target]
+
+    async def _inbound(
+        self, message: Message, text: str, addressed: bool, target: Target
+    ) -> InboundMessage | None:
+        notes: list[str] = []
+        media: list[str] = []
+        for kind, attachment, name in attachments(message):
+            note, path = await download(
+                self._workspace, kind, attachment, name, str(target.chat_id)
+            )
+            notes.append(note)
+            if path:
+                media.append(path)
+        body = "\n".join([*notes, text]).strip()
+        if not body:
+            return None
+        user = message.from_user
+        assert user is not None
+        topic = f"telegram:{target.chat_id}:topic:{target.thread_id}" if target.thread_id else None
+        return InboundMessage(
+            channel=self.name,
+            chat_id=str(target.chat_id),
+            sender_id=str(user.id),
+            text=body,
+            sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
+            media=tuple(media),
+            is_group=message.chat.type in GROUPS,
+            sender_is_owner=self._gate.is_owner(str(user.id), user.username),
+            sender_username=user.username,  # a job records it: allow_from may list @names
+            mentioned=addressed,
+            message_id=str(message.message_id),
+            session_key=topic,
+        )
+
+    async def _turn(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
+        assert self._tasks is not None
+        live = None
+        if self._settings.streaming == "on":
+            answers = int(inbound.message_id) if inbound.is_group and inbound.message_id else None
+            live = self._delivery.live(target, private=not inbound.is_group, reply_to=answers)
+        with self._delivery.typing_while(target, self._tasks):
+            if live is None:
+                reply = await self._handler(inbound)  # it answers its own errors
+            else:
+                async with live.showing():
+                    reply = await self._handler(inbound, stream=live)
+        if reply is not None:
+            if target.thread_id and "thread_id" not in reply.metadata:
+                meta = {**reply.metadata, "thread_id": str(target.thread_id)}
+                reply = replace(reply, metadata=meta)
+            if inbound.is_group and reply.reply_to is None:
+                reply = replace(reply, reply_to=inbound.message_id)
+        # Each part of the answer noted in the inbox as it goes: a replay after a kill between
+        # two parts sends only those not yet out.
+        send: Callable[[OutboundMessage], Awaitable[bool]] = partial(
+            self._delivery.send_pieces, **self._progress_of(update_id)
+        )
+        if live is not None:
+            shown = live
+
+            async def send(message: OutboundMessage) -> bool:
+                return await self._delivery.finish_live(
+                    shown, target.chat_id, message, **self._progress_of(update_id)
+                )
+
+            if reply is None:
+                await self._delivery.finish_live(live, target.chat_id, None)
+        await settle(reply, lambda: self._finish(update_id), send)
+
+    def _progress_of(self, update_id: int) -> dict[str, Any]:
+        """`skip` and `progress` for sending the answer to `update_id` (see send_pieces)."""
+        inbox = self._inbox
+        if inbox is None:
+            return {}
+        return {
+            "skip": inbox.parts_sent(update_id),
+            "progress": partial(inbox.part_sent, update_id),
+        }
+
+    # -- sending ----------------------------------------------------------------------------------
+    async def send(self, message: OutboundMessage) -> bool:
+        """Send a reply as HTML pieces within Telegram's limit; failures are logged, not raised.
+
+        True when every piece reached Telegram (a scheduled job retries on False). Then the reply
+        is no longer owed (taken by Telegram, or refused for good and logged).
+        """
+        sent = await self._delivery.send_pieces(message)
+        await message.sent()
+        return sent
+
+    def _bot(self) -> Bot:
+        bot = self._running_bot()
+        if bot is None:
+            raise RuntimeError("TelegramChannel is not running")
+        return bot
+
+    def _running_bot(self) -> Bot | None:
+        if self._app is None:
+            return None
+        bot: Bot = self._app.bot  # PTB types the application's bot as Any
+        return bot
+
+    def _outbound(self, target: Target, text: str) -> OutboundMessage:
+        meta = {"thread_id": str(target.thread_id)} if target.thread_id else {}
+        return OutboundMessage(self.name, str(target.chat_id), text, metadata=meta)
+
+    # -- the inbox --------------------------------------------------------------------------------
+    def _open_inbox(self) -> list[Json]:
+        """Open the inbox journal (blocking); returns the updates left unfinished last time."""
+        self._inbox = Inbox(self._state_dir / f"telegram-{self._bot_id}-inbox.jsonl")
+        return self._inbox.open_or_log()
+
+
+async def _guarded(coro: Awaitable[object]) -> None:
+    """Run one message's work; a failure is logged and never takes the channel down."""
+    try:
+        await coro
+    except Exception:
+        log.exception("telegram task failed")

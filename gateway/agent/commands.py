@@ -1,0 +1,97 @@
+"""Chat commands: the one registry of them, and their parsing.
+
+`/help`, Telegram's command menu and Telegram's `/start` greeting are all generated from `COMMANDS`;
+the agent dispatches the ones it handles by name, the channels answer the others (`/pair` in a DM).
+Both read a command with `parse_command`, which lives in `channels.base` so the channels can reach
+it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from channels.base import parse_command as parse_command  # re-exported: the agent's reading
+
+# Where a command is offered: in /help, in Telegram's command menu.
+Scope = Literal["help", "menu"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One chat command: `usage` and `explanation` make its /help line, `description` its menu
+    entry; `handler` names who answers it (the agent, or the channel before the agent sees it)."""
+
+    name: str
+    description: str
+    explanation: str
+    scopes: frozenset[Scope]
+    handler: Literal["agent", "channel"] = "agent"
+    usage: str = ""  # what follows the name in /help, e.g. "CODE"
+
+
+_EVERYWHERE: frozenset[Scope] = frozenset({"help", "menu"})
+
+COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec(
+        "new",
+        "Start a new session",
+        "start a fresh conversation (the old one is archived and summarised into memory)",
+        _EVERYWHERE,
+    ),
+    CommandSpec(
+        "stop",
+        "Stop the reply in progress",
+        "cancel the answer I am working on (your message is kept)",
+        _EVERYWHERE,
+    ),
+    CommandSpec(
+        "status",
+        "Session and memory status",
+        "size of this conversation, what is not yet in memory, and the model in use",
+        _EVERYWHERE,
+    ),
+    CommandSpec(
+        "jobs",
+        "Scheduled jobs of this chat",
+        "this chat's scheduled jobs; /jobs cancel ID removes one",
+        _EVERYWHERE,
+    ),
+    CommandSpec("help", "What I can do", "this list", _EVERYWHERE),
+    CommandSpec(
+        "pair",
+        "Let in someone with a pairing code",
+        "let in someone who was given a pairing code (owners, in a DM with me)",
+        frozenset({"help"}),
+        handler="channel",
+        usage="CODE",
+    ),
+)
+
+# The commands the agent answers itself; any other `/word` that reaches it is unknown.
+AGENT_COMMANDS = frozenset(command.name for command in COMMANDS if command.handler == "agent")
+
+
+def _help_line(command: CommandSpec) -> str:
+    usage = f"/{command.name} {command.usage}".rstrip()
+    return f"{usage} — {command.explanation}"
+
+
+HELP_TEXT = "\n".join(["Commands:", *(_help_line(c) for c in COMMANDS if "help" in c.scopes)])
+
+
+def command_menu() -> tuple[tuple[str, str], ...]:
+    """(name, description) of each command in a platform's menu (Telegram's setMyCommands)."""
+    return tuple((c.name, c.description) for c in COMMANDS if "menu" in c.scopes)
+
+
+def greeting() -> str:
+    """What Telegram's `/start` answers: a hello and the menu's commands."""
+    names = ", ".join(f"/{name}" for name, _ in command_menu())
+    return f"Hi! I'm your memgate assistant: just write to me, or use a command: {names}."
+
+
+def command_args(text: str) -> str:
+    """What follows the command word: `/jobs cancel ab12` → `cancel ab12`."""
+    command = parse_command(text)
+    return command.args if command is not None else ""

@@ -1,0 +1,482 @@
+"""The agent loop: one turn per inbound message, shared by every channel.
+
+Turns of one session run in order; sessions run concurrently up to `agent.max_concurrency`. The user
+message is stored before the model is called, so nothing the person said is lost. A tool call is
+stored before the tool runs and each result as soon as it is in, so a message a channel replays after
+a crash resumes from the stored steps without running a tool twice; the answer is stored as owed
+(gateway/agent/outbox.py) and one not marked delivered is sent again. `handle()` is the one per-message
+error boundary: it logs one line (the traceback at DEBUG) and answers with a short apology naming
+the cause; it raises nothing but cancellation, so channels handle only transport errors.
+Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
+shows as it is written; what is stored is still exactly the whole answer, or on /stop the part
+written so far with a "(stopped)" mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.agent.apology import apology
+from gateway.agent.commands import AGENT_COMMANDS, HELP_TEXT, command_args, parse_command
+from gateway.agent.context import ContextBuilder
+from gateway.agent.outbox import Outbox
+from gateway.agent.replay import ReplayAction, find_replay
+from gateway.agent.session_lock import SessionLock
+from gateway.agent.status import chat_status
+from gateway.agent.tool_steps import close_interrupted, run_tool_step
+from gateway.agent.turn_notes import mark_stopped, tool_note
+from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
+from gateway.config.models import Config
+from gateway.llm.types import ChatProvider, ChatResponse
+from gateway.media.reader import MediaReader, PreparedMessage
+from gateway.tools.files import MemorySeen, ToolBox, ToolRegistry, turn_memory, turn_origin
+from gateway.tools.scope import scope_for
+from memory.budget import PromptBudget
+from memory.errors import BudgetError
+from memory.files import MemoryFiles
+from memory.sessions.file import Message
+from memory.sessions.store import Session, SessionStore, legal_messages
+from memory.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
+
+NEW_SESSION_REPLY = "New session started."
+UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
+# Unconsolidated messages whose byte bound a turn adds up on the event loop (a fraction of a
+# millisecond); a longer backlog is sized in a worker thread, so no turn waits on its length.
+INLINE_HISTORY = 256
+
+
+class MemoryKeeper(Protocol):
+    """Background housekeeping the agent notifies but never waits for (the consolidator)."""
+
+    def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None: ...
+
+    def after_rotate(self, key: str, archived: Path) -> None: ...
+
+
+class TurnObserver(Protocol):
+    """Receives figures about every turn (the metrics registry implements it)."""
+
+    def message_in(self, channel: str) -> None: ...
+
+    def message_out(self, channel: str, *, error: bool) -> None: ...
+
+    def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+    def turn_resumed(self) -> None: ...
+
+    def reply_resent(self) -> None: ...
+
+
+@dataclass
+class TurnStats:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    # The stored, owed answer this turn returns (new, or one a restart kept from its chat).
+    session: Session | None = None
+    answer: Message | None = None
+
+
+class AgentLoop:
+    """Turns inbound messages into replies through the model and the tools."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        provider: ChatProvider,
+        sessions: SessionStore,
+        memory: MemoryFiles,
+        counter: TokenCounter,
+        tools: ToolBox,
+        context: ContextBuilder,
+        keeper: MemoryKeeper | None = None,
+        observer: TurnObserver | None = None,
+        budget: PromptBudget | None = None,
+        media: MediaReader | None = None,
+        jobs_command: Callable[[str, InboundMessage], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.sessions = sessions
+        self.memory = memory
+        self.counter = counter
+        # Each turn gets the tools of its scope (gateway/tools/scope.py), chosen from the session.
+        self.tools = tools
+        self.context = context
+        self.keeper = keeper
+        self.observer = observer
+        self.budget = budget or PromptBudget(config.llm.budget, counter)
+        self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
+        self.outbox = Outbox(sessions)
+        # Answers to replayable messages (with a message id) handed to a channel and not yet
+        # reported sent. /new waits for them: rotated before the channel finished its inbox
+        # entry, a kill would replay a message the new file does not hold, and answer it twice.
+        self._unsent: dict[str, int] = {}
+        self._sent = asyncio.Condition()
+        self._slots = asyncio.Semaphore(config.agent.max_concurrency)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._running: dict[str, asyncio.Task[str | None]] = {}
+        self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
+        self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
+
+    # -- entry point -------------------------------------------------------------------------------
+    async def handle(
+        self, message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage | None:
+        """Answer one inbound message: the one per-message error boundary.
+
+        Never raises except `asyncio.CancelledError`: any other failure, however deep (the model,
+        the tools' bookkeeping, the session files), becomes one log line (its traceback at DEBUG)
+        and a short apology naming the cause, marked `failed`. With a `stream`, the answer is
+        written to it as the model produces it; the reply returned is the whole of it.
+        """
+        started = time.monotonic()
+        stats = TurnStats()
+        if self.observer is not None:
+            self.observer.message_in(message.channel)
+        try:
+            text = await self._dispatch(message, stats, stream)
+            reply = self._reply(message, text, stats) if text else None
+        except Exception as exc:
+            reply = self._reply(message, apology(message, exc, self.config.llm.model), None)
+        log.info(
+            "handled session=%s latency_ms=%d llm_calls=%d prompt_tokens=%d completion_tokens=%d",
+            message.key,
+            (time.monotonic() - started) * 1000,
+            stats.calls,
+            stats.prompt_tokens,
+            stats.completion_tokens,
+        )
+        if reply is not None and self.observer is not None:
+            self.observer.message_out(message.channel, error=reply.failed)
+        return reply
+
+    def _reply(
+        self, message: InboundMessage, text: str, stats: TurnStats | None
+    ) -> OutboundMessage:
+        """The reply to `message`; `stats` None for an apology, which is never stored as owed."""
+        # In a group, answer as a reply so it is clear whom it is for; in a DM that is noise.
+        reply_to = message.message_id if message.is_group else None
+        reply = OutboundMessage(
+            message.channel, message.chat_id, text, reply_to=reply_to, failed=stats is None
+        )
+        if stats is not None and stats.session is not None and stats.answer is not None:
+            reply = self.outbox.reply(stats.session, stats.answer, reply)
+            if message.message_id:  # a channel that replays by message id after a crash
+                reply = self._track(reply, message.key)
+        return reply
+
+    async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
+        """The answers of session `key` still owed, oldest first, each marking itself delivered
+        once its channel reports it sent: for a channel without an inbox to replay (the terminal),
+        to send before it takes a new message."""
+        session = await self.sessions.get(key)
+        return [
+            self._track(
+                self.outbox.reply(
+                    session, stored, OutboundMessage(channel, chat_id, str(stored["content"]))
+                ),
+                key,
+            )
+            for stored in self.outbox.owed(session)
+        ]
+
+    def _track(self, reply: OutboundMessage, key: str) -> OutboundMessage:
+        """Count `reply` as unsent for its session until its channel reports it sent."""
+        mark = reply.on_sent
+        if mark is None:
+            return reply
+        self._unsent[key] = self._unsent.get(key, 0) + 1
+        done = False
+
+        async def sent() -> None:
+            nonlocal done
+            try:
+                await mark()
+            finally:
+                if not done:
+                    done = True
+                    self._unsent[key] -= 1
+                    if not self._unsent[key]:
+                        del self._unsent[key]
+                    async with self._sent:
+                        self._sent.notify_all()
+
+        return replace(reply, on_sent=sent)
+
+    async def _dispatch(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
+        command = parse_command(message.text)
+        if command is not None and command.name in AGENT_COMMANDS:
+            return await self._command(command.name, message)
+        if command is not None:
+            return f"Unknown command /{command.name}.\n\n{HELP_TEXT}"
+        if not message.text.strip() and not message.media:
+            return None
+        async with self._session_lock(message.key), self._slots:
+            # The turn runs as a child task so /stop can cancel it without cancelling the
+            # channel's task that is waiting here for the reply.
+            # A failure comes out wrapped in an ExceptionGroup, which `handle` takes apart.
+            try:
+                async with asyncio.TaskGroup() as group:
+                    turn = group.create_task(self._turn(message, stats, stream))
+                    self._running[message.key] = turn
+            finally:
+                finished = self._running.pop(message.key, None)
+                if finished is not None:
+                    self._stopped.discard(finished)
+            return None if turn.cancelled() else turn.result()
+
+    # -- commands ----------------------------------------------------------------------------------
+    async def _command(self, name: str, message: InboundMessage) -> str:
+        key = message.key
+        if name == "help":
+            return HELP_TEXT
+        if name == "stop":
+            turn = self._running.get(key)
+            if turn is None or turn.done():
+                return "Nothing to stop."
+            self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
+            turn.cancel()
+            return "Stopped."
+        if name == "status":
+            memory = self.config.memory
+            with_memory = scope_for(message, memory.groups, memory.guests).memory
+            session = await self.sessions.get(key)
+            memory_md = self.memory.memory_md if with_memory else None
+            return await chat_status(session, self.counter, self.config.llm, memory_md)
+        if name == "jobs":
+            if self.jobs_command is None:
+                return "Scheduled jobs are not available here."
+            return self.jobs_command(command_args(message.text), message)
+        # /new waits for a running turn of this chat and for its answers to be sent (a reply
+        # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
+        async with self._session_lock(key):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(UNSENT_WAIT), self._sent:
+                    await self._sent.wait_for(lambda: key not in self._unsent)
+            archived = await self.sessions.rotate(key)
+        if archived is not None and self.keeper is not None:
+            self.keeper.after_rotate(key, archived)
+        return NEW_SESSION_REPLY
+
+    async def job_message(
+        self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
+    ) -> OutboundMessage | None:
+        """Job `job`'s message for its run `run`, stored in order with the turns and owed to
+        its chat. Asked again for the same run (after a kill), it returns the line stored then,
+        or None once that line was delivered: a reminder is stored once and sent once."""
+        async with self._session_lock(key):
+            session = await self.sessions.get(key)
+            return await self.outbox.once(
+                session, OutboundMessage(channel, chat_id, text), job, run
+            )
+
+    # -- one turn ----------------------------------------------------------------------------------
+    async def _turn(
+        self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
+    ) -> str | None:
+        turn_origin.set(message)  # this task's own context: the tools learn which chat asks
+        session = await self.sessions.get(message.key)
+        replay = find_replay(session, message.message_id) if message.message_id else None
+        stored = replay.index if replay is not None else None
+        steps: list[Message] = []
+        if replay is not None:
+            # A channel replaying its inbox after a crash: carry on where the turn stopped.
+            log.info("%s session=%s", replay.action.value, message.key)
+            if replay.action in (ReplayAction.ANSWERED, ReplayAction.LEFT_BEHIND):
+                return None
+            if replay.action is ReplayAction.RESEND and replay.answer is not None:
+                if self.observer is not None:
+                    self.observer.reply_resent()
+                stats.session, stats.answer = session, replay.answer
+                return str(replay.answer.get("content") or "")
+            if replay.action is ReplayAction.RESUME:
+                if self.observer is not None:
+                    self.observer.turn_resumed()
+                steps = await close_interrupted(self.sessions, session, replay.steps)
+        prepared = (
+            await self.media.prepare(message) if self.media else PreparedMessage(message.text)
+        )
+        if stored is None:
+            # The session keeps the text (transcripts, document text, file paths), never pixels.
+            user: dict[str, Any] = {"role": "user", "content": prepared.text}
+            if message.sender_id:
+                user["sender"] = message.sender_id
+            if message.sender_name:
+                user["sender_name"] = message.sender_name
+            if message.message_id:
+                user["message_id"] = message.message_id
+            trusted = message.sender_is_owner or self.config.memory.guests == "shared"
+            if message.is_group or not trusted:
+                session.group = True  # a group's or a guest's words stay out of MEMORY.md
+            # Written before the model is asked (a killed process keeps it); the disk's sync
+            # runs beside the model call, and the answer's append waits for it.
+            await self.sessions.add_messages(session, [user], synced=False)
+        if not prepared.answerable:
+            # Only files we could not read (a failed transcription): nothing to ask the model.
+            return "\n".join(prepared.notices)
+
+        scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
+        tools = self.tools.for_scope(scope)
+        system = await self.context.system_prompt(scope)
+        # The MEMORY.md this turn saw in its prompt: what a write_file of it is compared with.
+        turn_memory.set(MemorySeen(self.context.memory_shown(scope)))
+        current = _current_message(
+            self.context.user_content(replace(message, text=prepared.text)), prepared.images
+        )
+        schemas = tools.schemas()
+        end = len(session.messages) - 1 if stored is None else stored
+        head = [{"role": "system", "content": system}, current]
+        most = self.config.memory.max_history_messages
+        # Most turns fit by bytes, decided here at once; the others count, in a worker thread
+        # (the first such count builds the tokenizer's vocabulary), as does a long backlog.
+        history = None
+        if end - session.last_consolidated <= INLINE_HISTORY:
+            history = self.budget.history_by_bound(
+                session, head, schemas, end=end, max_messages=most
+            )
+        if history is None:
+            try:
+                history = await asyncio.to_thread(
+                    partial(self.budget.history, end=end, max_messages=most),
+                    session,
+                    head,
+                    schemas,
+                )
+            except BudgetError as exc:
+                return (
+                    f"Your message is too long for the model ({exc.needed} tokens with my "
+                    f"instructions; the limit is {exc.limit}). It is kept; please send a "
+                    "shorter one."
+                )
+        messages: list[dict[str, Any]] = [head[0], *history, current]
+        at = len(messages) - 1
+        # Stored tool steps of a resumed turn: their results are in, so no tool runs again.
+        messages.extend(legal_messages([{"role": "user", "content": ""}, *steps])[1:])
+        # The history was chosen to fit beside everything else, so the first request needs no
+        # second check, unless a resumed turn's steps came after it.
+        sized = len(messages) == at + 1
+        try:
+            reply = await self._tool_loop(session, messages, tools, stats, at, stream, sized=sized)
+            return "\n\n".join([*prepared.notices, reply]) if reply else reply
+        finally:
+            if self.keeper is not None:
+                self.keeper.after_turn(session, system, schemas)
+
+    async def _tool_loop(
+        self,
+        session: Session,
+        messages: list[dict[str, Any]],
+        tools: ToolRegistry,
+        stats: TurnStats,
+        current: int,  # index in `messages` of the message this turn answers
+        stream: ReplyStream | None = None,
+        *,
+        sized: bool = False,  # the first request is known to fit the budget
+    ) -> str | None:
+        schemas = tools.schemas()
+        for _ in range(self.config.agent.max_iterations):
+            try:
+                # Every later call of the turn is checked: tool results grow the request.
+                request = (
+                    messages
+                    if sized
+                    else await asyncio.to_thread(
+                        self.budget.fit, messages, schemas, current=current
+                    )
+                )
+                sized = False
+            except BudgetError as exc:
+                log.warning("turn stopped over budget session=%s error=%s", session.key, exc)
+                return (
+                    f"I had to stop: the next step would need {exc.needed} tokens and the model "
+                    f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
+                )
+            called = time.monotonic()
+            if stream is None:
+                response = await self.provider.chat(request, schemas)
+            else:
+                answer = await self._ask(session, request, schemas, stream, stats)
+                if isinstance(answer, str):
+                    return answer  # stopped: the part written so far, stored with its mark
+                response = answer
+            if self.observer is not None:
+                self.observer.llm_call(
+                    time.monotonic() - called, response.prompt_tokens, response.completion_tokens
+                )
+            stats.calls += 1
+            stats.prompt_tokens += response.prompt_tokens
+            stats.completion_tokens += response.completion_tokens
+            if not response.tool_calls:
+                content = (response.content or "").strip()
+                if content:
+                    # Stored as owed: a kill before the platform takes it sends it at restart.
+                    stats.session = session
+                    stats.answer = await self.outbox.owe(session, content)
+                return content or "(The model returned an empty answer.)"
+            if stream is not None:
+                await stream.status(tool_note((c.name, c.arguments) for c in response.tool_calls))
+            messages.extend(await run_tool_step(self.sessions, session, response, tools))
+            # A tool may have written MEMORY.md or a bootstrap file: the next turn's prompt
+            # shows it at once rather than after the context's recheck interval.
+            self.context.files_changed()
+        return (
+            f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
+            "Ask me to continue, or rephrase the request."
+        )
+
+    async def _ask(
+        self,
+        session: Session,
+        request: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        stream: ReplyStream,
+        stats: TurnStats,
+    ) -> ChatResponse | str:
+        """One streamed model call; on /stop, the text written so far, marked and stored as owed.
+
+        Cancelled any other way (shutdown), it stays cancelled and stores nothing: the user
+        message is answered again at the next start, as for a turn that was not streamed.
+        """
+        written: list[str] = []
+
+        async def write(piece: str) -> None:
+            written.append(piece)
+            await stream.write(piece)
+
+        try:
+            return await self.provider.stream_chat(request, schemas, on_text=write)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            partial = "".join(written).strip()
+            if task is None or task not in self._stopped or not partial:
+                raise
+            task.uncancel()  # this cancellation was /stop's, and is answered here
+        text = mark_stopped(partial)
+        stats.session, stats.answer = session, await self.outbox.owe(session, text)
+        return text
+
+    def _session_lock(self, key: str) -> SessionLock:
+        return SessionLock(self._locks, key)
+
+
+def _current_message(text: str, images: tuple[str, ...]) -> dict[str, Any]:
+    """The user message this turn answers; with images, OpenAI's content parts (this turn only)."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    return {"role": "user", "content": parts}

@@ -1,0 +1,3 @@
+"""What runs without a message: scheduled jobs, the scheduler that runs them, the heartbeat,
+and their clock.
+"""

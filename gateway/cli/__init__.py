@@ -1,0 +1,1 @@
+"""The `memgate` command line and its subcommands: setup, stores, status and doctor."""

@@ -1,0 +1,172 @@
+"""`memgate status`: what a person needs to see at a glance, secrets masked."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from channels.inbox import waiting
+from channels.pairing import PairingError, PairingStore
+from gateway.automation.jobs import JobError, JobStore, format_time
+from gateway.config.models import ChatChannelConfig, Config, mask_url
+from memory.consolidation.failures import FAILURE_REPORT, read_failure_report
+from memory.files import MemoryFiles
+from memory.sessions.file import parse_session_bytes
+from memory.sessions.index import load_session
+from memory.sessions.store import SessionStore, interrupted_turn, owed_replies
+
+
+def mask(secret: str) -> str:
+    if not secret:
+        return "(not set)"
+    return "***" + secret[-4:] if len(secret) > 12 else "***"
+
+
+def describe_live(live: dict[str, Any] | None) -> str:
+    """The running service's own figures, from its control socket."""
+    if live is None or "error" in live:
+        return "service:    not running (no answer on the control socket)"
+    channels = ", ".join(
+        f"{name} {'up' if up else 'DOWN'}" for name, up in live.get("channels", {}).items()
+    )
+    return (
+        f"service:    running {_duration(float(live.get('uptime', 0)))}; "
+        f"channels {channels or 'none'}; consolidation queue {live.get('queue', 0)}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def describe_access(config: Config) -> list[str]:
+    """Per channel: the DM policy, owners, approved senders and pending codes."""
+    store = PairingStore(config.state_dir)
+    try:
+        pending, approved = store.pending(), store.approved()
+    except PairingError as exc:
+        return [f"  access:   {exc}"]
+    lines = []
+    for name in ("telegram", "discord"):
+        section: ChatChannelConfig = getattr(config.channels, name)
+        owners = [entry for entry in section.allow_from if entry.strip() != "*"]
+        everyone = " + everyone as guests" if "*" in section.allow_from else ""
+        lines.append(
+            f"  {name + ' access:':17} dm_policy {section.dm_policy}, group_policy "
+            f"{section.group_policy}; {len(owners)} owner(s){everyone}, "
+            f"{sum(a.channel == name for a in approved)} approved, "
+            f"{sum(p.channel == name for p in pending)} pending code(s)"
+        )
+    return lines
+
+
+def describe(config: Config) -> str:
+    files = MemoryFiles(config.workspace, config.tz)
+    store = SessionStore(config.workspace / "sessions", config.tz)
+    keys = store.keys()
+    pending = 0
+    owed: dict[str, int] = {}
+    interrupted: list[str] = []
+    for key in keys:
+        loaded = load_session(store.path_for(key))  # from the pointer on, through its index
+        pending += loaded.base + len(loaded.messages) - loaded.last_consolidated
+        if count := len(owed_replies([*loaded.earlier_owed, *loaded.messages], loaded.delivered)):
+            owed[key] = count
+        if interrupted_turn(loaded.messages):
+            interrupted.append(key)
+    archive = store.archived_paths()
+    archival = 0
+    for path in archive:
+        loaded = parse_session_bytes(path.read_bytes(), str(path))
+        archival += loaded.last_consolidated < len(loaded.messages)
+    memory_size = files.memory_md.stat().st_size if files.memory_md.exists() else 0
+    history_size = files.history_md.stat().st_size if files.history_md.exists() else 0
+    channels = [
+        f"  telegram: {'enabled' if config.channels.telegram.enabled else 'disabled'}"
+        f" (token {mask(config.channels.telegram.token)}, allow_from {config.channels.telegram.allow_from})",
+        f"  discord:  {'enabled' if config.channels.discord.enabled else 'disabled'}"
+        f" (token {mask(config.channels.discord.token)}, allow_from {config.channels.discord.allow_from})",
+    ]
+    return "\n".join(
+        [
+            f"config:     {config.source}{'' if config.source and config.source.exists() else ' (not found; defaults)'}",
+            f"workspace:  {config.workspace}",
+            f"state:      {config.state_dir} (inbox journals, search index, lock; out of the model's reach)",
+            f"model:      {config.llm.model} at {mask_url(config.llm.base_url)} (key {mask(config.llm.api_key)})",
+            f"budget:     {config.llm.budget} prompt tokens",
+            "channels:",
+            *channels,
+            *describe_access(config),
+            f"sessions:   {len(keys)} live, {len(archive)} archived",
+            f"pending:    {pending} messages not yet consolidated in live sessions, "
+            f"{archival} archived session(s) awaiting consolidation",
+            *describe_delivery(owed, interrupted, waiting(config.state_dir)),
+            f"MEMORY.md:  {memory_size} bytes",
+            f"HISTORY.md: {history_size} bytes",
+            describe_mcp(config),
+            describe_jobs(config),
+            *describe_failures(config),
+        ]
+    )
+
+
+def describe_mcp(config: Config) -> str:
+    """How many MCP servers are configured, and which; `memgate doctor` starts them."""
+    servers = config.tools.mcp_servers
+    enabled = [name for name, server in servers.items() if server.enabled]
+    if not servers:
+        return "mcp:        no servers configured"
+    off = len(servers) - len(enabled)
+    names = f" ({', '.join(enabled)})" if enabled else ""
+    return f"mcp:        {len(enabled)} server(s) enabled{names}, {off} disabled"
+
+
+def describe_delivery(
+    owed: dict[str, int], interrupted: list[str], received: dict[str, int]
+) -> list[str]:
+    """Answers stored but not yet taken by their platform, turns a restart stopped half-way, and
+    messages received but not finished (in the channels' journals, the turn perhaps not even
+    stored); all are finished when the service next starts (or by the running service)."""
+    lines = [
+        f"delivery:   {sum(owed.values())} answer(s) owed, {len(interrupted)} interrupted turn(s), "
+        f"{sum(received.values())} received message(s) not yet answered"
+    ]
+    lines += [f"  received: {name} ({count})" for name, count in received.items() if count]
+    lines += [f"  owed: {key} ({count})" for key, count in sorted(owed.items())]
+    lines += [f"  interrupted: {key}" for key in interrupted]
+    return lines
+
+
+def describe_jobs(config: Config) -> str:
+    """How many scheduled jobs there are and when the next one is due."""
+    try:
+        store = JobStore(config.state_dir)
+    except JobError as exc:
+        return f"jobs:       unreadable ({exc})"
+    jobs = store.all()
+    paused = sum(1 for job in jobs if job.paused)
+    due = store.next_due()
+    following = "none due" if due is None else f"next due {format_time(due, config.tz)}"
+    return f"jobs:       {len(jobs)} scheduled ({paused} paused), {following}"
+
+
+def describe_failures(config: Config) -> list[str]:
+    """The sessions whose consolidation the running gateway last reported as failing."""
+    failing = read_failure_report(config.state_dir / FAILURE_REPORT)
+    if not failing:
+        return ["consolidation: no failures reported"]
+    lines = [f"consolidation: {len(failing)} session(s) failing, backing off"]
+    for key, entry in sorted(failing.items()):
+        at = entry.get("at")
+        when = (
+            datetime.fromtimestamp(at, config.tz).strftime("%Y-%m-%d %H:%M")
+            if isinstance(at, int | float)
+            else "?"
+        )
+        lines.append(
+            f"  {key}: {entry.get('failures', '?')} failure(s), last at {when}: "
+            f"{entry.get('error', '?')}"
+        )
+    return lines

@@ -1,0 +1,339 @@
+"""Wiring: builds the memory stores, the provider and the agent from a Config.
+
+Only this module and the CLI import everything; tests build the same runtime through
+`open_runtime()` so they exercise the real wiring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.agent.context import ContextBuilder
+from gateway.agent.loop import AgentLoop
+from gateway.automation.clock import Clock, SystemClock
+from gateway.automation.jobs import JobError, JobStore
+from gateway.automation.scheduler import Scheduler
+from gateway.config.models import Config, TranscriptionConfig
+from gateway.errors import (
+    LLMError,
+    LLMStatusError,
+    LLMToolsUnsupportedError,
+    MemgateError,
+    unwrap_group,
+)
+from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
+from gateway.llm.provider import OpenAIProvider, OpenAITranscriber
+from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
+from gateway.media.reader import MediaReader
+from gateway.service.lock import WorkspaceLock
+from gateway.service.metrics import Metrics
+from gateway.state import check_apart, move_workspace_state
+from gateway.tools.files import Tool, ToolBox
+from gateway.tools.jobs import JobTools
+from gateway.tools.search import open_search
+from memory.budget import PromptBudget
+from memory.consolidation.compact import MemoryCompactor
+from memory.consolidation.consolidator import ConsolidationSettings, Consolidator
+from memory.consolidation.failures import FAILURE_REPORT
+from memory.errors import ModelCallError
+from memory.fileio import ensure_private_dir
+from memory.files import MemoryFiles
+from memory.search.tools import search_tools
+from memory.sessions.store import SessionStore
+from memory.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from gateway.tools.mcp import McpServers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything one gateway process holds, for the CLI and the tests."""
+
+    config: Config
+    memory: MemoryFiles
+    sessions: SessionStore
+    counter: TokenCounter
+    provider: ChatProvider
+    agent: AgentLoop
+    consolidator: Consolidator
+    metrics: Metrics
+    scheduler: Scheduler  # its loop runs in `memgate run`, which can deliver to chats
+    mcp: McpServers | None = None
+
+
+class ProviderSummaryModel:
+    """Adapts the chat provider to memory's `SummaryModel`, translating its errors.
+
+    A model that cannot call tools is asked for the same arguments as one JSON object in plain
+    text (the last rung of the forced -> auto -> text ladder); memory validates it like a call.
+    """
+
+    def __init__(
+        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
+    ) -> None:
+        self._provider = provider  # the client, made by the first call that needs it
+        self._tool_support = tool_support
+
+    async def call_tool(
+        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
+    ) -> Any:
+        if self._tool_support is not None and not self._tool_support.enabled:
+            return await self._ask_as_text(messages, tool)
+        name = tool["function"]["name"]
+        choice: str | dict[str, Any] = (
+            {"type": "function", "function": {"name": name}} if force else "auto"
+        )
+        try:
+            response = await self._provider().chat(messages, [tool], tool_choice=choice)
+        except LLMToolsUnsupportedError as exc:
+            if self._tool_support is None or self._tool_support.enabled:
+                raise ModelCallError(str(exc)) from exc
+            return await self._ask_as_text(messages, tool)
+        except LLMStatusError as exc:
+            refused = exc.status in (400, 422) and "tool_choice" in str(exc)
+            raise ModelCallError(str(exc), rejected_tool_choice=refused) from exc
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        for call in response.tool_calls:
+            if call.name == name:
+                return call.arguments
+        return None
+
+    async def _ask_as_text(self, messages: list[dict[str, Any]], tool: dict[str, Any]) -> Any:
+        parameters = tool["function"]["parameters"]
+        keys = ", ".join(f'"{key}"' for key in parameters["properties"])
+        described = "\n".join(
+            f"- {key}: {schema.get('description', '')}"
+            for key, schema in parameters["properties"].items()
+        )
+        instruction = (
+            f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
+        )
+        asked = [*messages, {"role": "user", "content": instruction}]
+        try:
+            response = await self._provider().chat(asked)
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        return _json_text(response.content or "")
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def _json_text(content: str) -> str:
+    """The JSON object of a text answer, without the code fence small models like to add."""
+    content = content.strip()
+    fenced = _FENCE.match(content)
+    if fenced:
+        return fenced.group(1)
+    start, end = content.find("{"), content.rfind("}")
+    return content[start : end + 1] if 0 <= start < end else content
+
+
+def consolidation_settings(config: Config) -> ConsolidationSettings:
+    memory = config.memory
+    return ConsolidationSettings(
+        budget=config.llm.budget,
+        consolidate_at=memory.consolidate_at,
+        consolidate_to=memory.consolidate_to,
+        window=memory.window,
+        workers=memory.workers,
+        shared_groups=memory.groups == "shared",
+        timeout=memory.timeout,
+        archive_on_new=memory.consolidate_on_new,
+    )
+
+
+def ensure_workspace(config: Config) -> MemoryFiles:
+    workspace = config.workspace
+    for sub in ("memory", "sessions", "media", "groups"):
+        ensure_private_dir(workspace / sub)
+    ensure_private_dir(config.state_dir)
+    memory = MemoryFiles(workspace, config.tz)
+    memory.ensure()
+    return memory
+
+
+def make_provider(
+    config: Config,
+    tool_support: ToolSupport | None = None,
+    vision_support: VisionSupport | None = None,
+) -> OpenAIProvider:
+    llm = config.llm
+    return OpenAIProvider(
+        base_url=llm.base_url,
+        api_key=llm.api_key,
+        model=llm.model,
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+        tool_support=tool_support or ToolSupport(llm.tools),
+        vision_support=vision_support or VisionSupport(llm.vision, llm.model),
+    )
+
+
+def make_transcriber(config: Config, settings: TranscriptionConfig) -> OpenAITranscriber:
+    """The speech-to-text client of `llm.transcription`, by default on the chat endpoint."""
+    return OpenAITranscriber(
+        base_url=settings.base_url or config.llm.base_url,
+        api_key=config.llm.api_key if settings.api_key is None else settings.api_key,
+        model=settings.model,
+        timeout=settings.timeout,
+    )
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: Config, provider: ChatProvider | None = None, clock: Clock | None = None
+) -> AsyncIterator[Runtime]:
+    """Build the runtime; resources close in reverse order on exit.
+
+    An error raised inside the block comes out as itself: the task group that runs the
+    consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
+    """
+    with unwrap_group():
+        async with _build_runtime(config, provider, clock or SystemClock()) as runtime:
+            yield runtime
+
+
+@asynccontextmanager
+async def _build_runtime(
+    config: Config, provider: ChatProvider | None, clock: Clock
+) -> AsyncIterator[Runtime]:
+    async with AsyncExitStack() as stack:
+        check_apart(config.workspace, config.state_dir, config.source)
+        memory = await asyncio.to_thread(ensure_workspace, config)
+        lock = WorkspaceLock(config.workspace, config.state_dir)
+        lock.acquire()
+        stack.callback(lock.release)
+        await asyncio.to_thread(move_workspace_state, config.workspace, config.state_dir)
+        # The vocabulary is checked here but loaded by the first turn that counts (tokens.py).
+        counter = await asyncio.to_thread(TokenCounter, config.llm.model)
+        tool_support = ToolSupport(config.llm.tools)
+        vision_support = VisionSupport(config.llm.vision, config.llm.model)
+        if provider is None:
+            provider = make_provider(config, tool_support, vision_support)
+            stack.push_async_callback(provider.close)
+            # Two clients, two connection pools: a consolidation call held open for minutes
+            # never takes the warm connection a reply is about to need. One tool switch. The
+            # second is made by the first consolidation.
+            summarizer = OnDemand(lambda: make_provider(config, tool_support, vision_support))
+            stack.push_async_callback(summarizer.close)
+            summary_model = ProviderSummaryModel(summarizer.get, tool_support)
+        else:
+            given = provider
+            summary_model = ProviderSummaryModel(
+                lambda: given, getattr(given, "tool_support", tool_support)
+            )
+        sessions = SessionStore(config.workspace / "sessions", config.tz)
+        search = await stack.enter_async_context(open_search(config))
+        memory_tools = [Tool(*entry) for entry in search_tools(search)]
+        group = await stack.enter_async_context(asyncio.TaskGroup())
+        mcp = await _start_mcp(config, stack, group)
+        try:
+            store = await asyncio.to_thread(JobStore, config.state_dir)
+        except JobError as exc:
+            raise MemgateError(str(exc)) from exc
+        scheduler = Scheduler(store, clock, config.tz, config.automation.grace)
+        job_tools = JobTools(scheduler, config.tz)
+        tools = ToolBox(
+            config.workspace,
+            config.state_dir,
+            memory,
+            memory_tools,
+            mcp.tools_by_scope() if mcp is not None else {},
+            private_tools=job_tools.tools(),
+        )
+        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
+        compactor = MemoryCompactor(
+            memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
+        )
+        consolidator = Consolidator(
+            sessions,
+            memory,
+            counter,
+            summary_model,
+            consolidation_settings(config),
+            config.tz,
+            budget=budget,
+            compactor=compactor,
+            failure_report=config.state_dir / FAILURE_REPORT,
+        )
+        transcriber = None
+        if (speech := config.llm.transcription) is not None:
+            transcriber = OnDemandTranscriber(lambda: make_transcriber(config, speech))
+            stack.push_async_callback(transcriber.close)
+        vision = getattr(provider, "vision_support", vision_support)
+        media = MediaReader(config.workspace, config.media, budget, vision, transcriber)
+        metrics = Metrics()
+        metrics.watch_consolidation(
+            lambda: consolidator.runs,
+            lambda: consolidator.failures_total,
+            lambda: consolidator.queue_depth,
+            lambda: consolidator.sessions_backing_off,
+        )
+        agent = AgentLoop(
+            config=config,
+            provider=provider,
+            sessions=sessions,
+            memory=memory,
+            counter=counter,
+            tools=tools,
+            context=ContextBuilder(config.workspace, memory, config.tz, budget),
+            keeper=consolidator,
+            observer=metrics,
+            budget=budget,
+            media=media,
+            jobs_command=job_tools.command,
+        )
+        worker = group.create_task(consolidator.run(), name="consolidator")
+
+        async def stop_consolidation() -> None:
+            # Runs before the task group exits: the running job gets its grace, the rest waits
+            # for the next start (it is derived from the files).
+            await consolidator.drain(config.shutdown_grace)
+            worker.cancel()
+
+        stack.push_async_callback(stop_consolidation)
+        await consolidator.recover()
+        yield Runtime(
+            config,
+            memory,
+            sessions,
+            counter,
+            provider,
+            agent,
+            consolidator,
+            metrics,
+            scheduler,
+            mcp,
+        )
+
+
+async def _start_mcp(
+    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup
+) -> McpServers | None:
+    """The enabled MCP servers, started; None when there are none.
+
+    The MCP SDK takes longer to import than the rest of the gateway together, so a gateway
+    without servers (and every `memgate chat` on one) never imports it.
+    """
+    servers = config.tools.mcp_servers
+    if not any(settings.enabled for settings in servers.values()):
+        return None
+    from gateway.tools.mcp import McpServers
+
+    mcp = McpServers(servers)
+    stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
+    await mcp.start(group)
+    return mcp

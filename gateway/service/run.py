@@ -1,0 +1,244 @@
+"""`memgate run`: every enabled channel, the agent and the consolidator in one process.
+
+One exit stack owns the resources and one task group the long-lived tasks (STYLE "Async"). SIGTERM or
+SIGINT sets a stop event; then channels stop first (no new input; running turns get
+`shutdown_grace` to answer), then the health endpoint, then memory (consolidation gets its grace).
+SIGHUP reloads who may talk to the bot (gateway/service/access.py) without a restart.
+
+Each channel's module (and its SDK) and the health endpoint's web server are imported only when
+the config enables them: a Telegram-only gateway never loads discord.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from channels.base import Channel, ChatCommands
+from channels.pairing import PairingStore
+from gateway.agent.commands import command_menu, greeting
+from gateway.automation.heartbeat import Heartbeat
+from gateway.automation.scheduler import ChannelReady, Deliver, Owners
+from gateway.bus import OutboundMessage
+from gateway.config.models import Config
+from gateway.errors import ConfigError, MemgateError, unwrap_group
+from gateway.service.access import AccessInForce
+from gateway.service.app import Runtime, open_runtime
+from gateway.service.control import control_server, socket_path
+from gateway.tools.jobs import JobTools
+
+if TYPE_CHECKING:
+    from channels.discord.channel import DiscordChannel
+    from channels.telegram.channel import TelegramChannel
+
+log = logging.getLogger(__name__)
+
+
+def build_channels(
+    config: Config, runtime: Runtime, pairing: PairingStore | None = None
+) -> list[TelegramChannel | DiscordChannel]:
+    """The enabled channels, each handing its messages to the agent; each takes its own config
+    section, validated when the config was loaded."""
+    handler = runtime.agent.handle
+    shared: dict[str, Any] = {
+        "workspace": config.workspace,
+        "shutdown_grace": config.shutdown_grace,
+        # Approved senders and pending codes, shared with `memgate pairing` through the file.
+        "pairing": pairing or PairingStore(config.state_dir),
+        "state_dir": config.state_dir,
+    }
+    telegram, discord = config.channels.telegram, config.channels.discord
+    for name, section in (("telegram", telegram), ("discord", discord)):
+        if section.enabled and not section.allow_from and section.dm_policy == "pairing":
+            log.warning(
+                "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
+                "codes you approve with `memgate pairing approve CODE`, as guests",
+                name,
+            )
+        elif section.enabled and not section.allow_from:
+            log.warning(
+                "channels.%s.allow_from is empty: nobody can talk to the bot; the id of "
+                "everyone who tries is logged once so you can add it",
+                name,
+            )
+    channels: list[TelegramChannel | DiscordChannel] = []
+    # Imported here, not at the top: each SDK costs tens of megabytes and a good part of a
+    # second to load, and a gateway runs only the platforms its config enables.
+    if telegram.enabled:
+        from channels.telegram.channel import TelegramChannel
+
+        commands = ChatCommands(command_menu(), greeting())
+        channels.append(TelegramChannel(handler, telegram, **shared, commands=commands))
+    if discord.enabled:
+        from channels.discord.channel import DiscordChannel
+
+        channels.append(DiscordChannel(handler, discord, **shared))
+    return channels
+
+
+def chat_sender(channels: Sequence[Channel]) -> Deliver:
+    """The one way a message nobody is waiting on (a reminder, a heartbeat) reaches a chat.
+
+    Returns None when the channel took it, else a short reason for the job's log and status.
+    """
+    by_name = {channel.name: channel for channel in channels}
+
+    async def deliver_to_chat(message: OutboundMessage) -> str | None:
+        channel = by_name.get(message.channel)
+        if channel is None:
+            return f"the {message.channel} channel is not running in this gateway"
+        if not channel.connected:
+            return f"{message.channel} is not connected"
+        try:
+            sent = await channel.send(message)
+        except Exception as exc:
+            log.debug("send to chat failed chat=%s", message.chat_id, exc_info=True)
+            return f"{message.channel} send failed ({type(exc).__name__})"
+        return None if sent else f"{message.channel} refused or lost the message (see the log)"
+
+    return deliver_to_chat
+
+
+def chat_ready(channels: Sequence[Channel]) -> ChannelReady:
+    """Each channel's connection event, by name, for the scheduler to wait on."""
+    by_name = {channel.name: channel for channel in channels}
+
+    def ready(name: str) -> asyncio.Event | None:
+        channel = by_name.get(name)
+        return None if channel is None else channel.ready
+
+    return ready
+
+
+def require_a_channel(config: Config) -> None:
+    if not (config.channels.telegram.enabled or config.channels.discord.enabled):
+        raise ConfigError(
+            f"{config.source}: no channel is enabled. Set channels.telegram.enabled: true "
+            "(with TELEGRAM_BOT_TOKEN and allow_from) or channels.discord.enabled: true "
+            "(with DISCORD_BOT_TOKEN and allow_from); `memgate chat` needs none",
+            path=str(config.source),
+            key="channels",
+        )
+
+
+async def run_service(config: Config) -> int:
+    """Serve until SIGTERM/SIGINT; exit status 0 after a clean stop."""
+    require_a_channel(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    serving: list[TelegramChannel | DiscordChannel] = []
+    access = AccessInForce(config)  # the channels' and the scheduler's, changed by a reload
+
+    def on_reload() -> None:
+        log.info("received SIGHUP; reloading access settings from %s", config.source)
+        access.reload(serving)
+
+    loop.add_signal_handler(signal.SIGHUP, on_reload)
+    started = time.monotonic()
+    try:
+        async with open_runtime(config) as runtime:
+            # What start-up built lives as long as the process: keep it out of the cyclic
+            # collector's full passes (a first large session load would otherwise walk it all).
+            gc.freeze()
+            # A SIGHUP during start-up already changed what is in force.
+            channels = build_channels(access.config, runtime)
+            serving.extend(channels)
+            names = ", ".join(channel.name for channel in channels)
+            log.info("memgate started channels=%s workspace=%s", names, config.workspace)
+
+            def live() -> dict[str, Any]:
+                return {
+                    "channels": {channel.name: channel.connected for channel in channels},
+                    "queue": runtime.consolidator.queue_depth,
+                }
+
+            jobs = {"jobs": JobTools(runtime.scheduler, config.tz).control_op}
+            # `memgate chat`, `status` and `jobs` talk to this process through the socket.
+            socket = socket_path(config.state_dir)
+            async with control_server(
+                socket, runtime.agent.handle, live, owed=runtime.agent.owed, ops=jobs
+            ):
+                await _serve(config, runtime, channels, stop, access.is_owner)
+            log.info("stopping: channels first, then memory")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+    log.info("memgate stopped cleanly after %.0fs", time.monotonic() - started)
+    return 0
+
+
+async def _serve(
+    config: Config,
+    runtime: Runtime,
+    channels: Sequence[Channel],
+    stop: asyncio.Event,
+    owners: Owners,
+) -> None:
+    def status() -> dict[str, Any]:
+        connected = {channel.name: channel.connected for channel in channels}
+        return {
+            "status": "ok" if all(connected.values()) else "degraded",
+            "channels": {name: {"connected": up} for name, up in connected.items()},
+            "consolidation_queue": runtime.consolidator.queue_depth,
+        }
+
+    # One channel's failure comes out as itself; several stay a group, none dropped.
+    with unwrap_group():
+        await _supervise(config, runtime, channels, stop, status, owners)
+
+
+async def _supervise(
+    config: Config,
+    runtime: Runtime,
+    channels: Sequence[Channel],
+    stop: asyncio.Event,
+    status: Callable[[], dict[str, Any]],
+    owners: Owners,
+) -> None:
+    async def health() -> None:
+        from gateway.service.health import health_server  # its web server only when it is wanted
+
+        assert config.health.listen is not None
+        async with health_server(config.health.listen, runtime.metrics, status):
+            await asyncio.Event().wait()
+
+    deliver = chat_sender(channels)
+    automation = config.automation
+    async with asyncio.TaskGroup() as group:
+        tasks = [
+            group.create_task(channel.run(), name=f"channel-{channel.name}") for channel in channels
+        ]
+        if config.health.listen:
+            tasks.append(group.create_task(health(), name="health"))
+        jobs = runtime.scheduler.run(runtime.agent, deliver, owners, chat_ready(channels))
+        tasks.append(group.create_task(jobs, name="scheduler"))
+        if automation.heartbeat and automation.home:
+            beat = Heartbeat(
+                config.workspace, automation.home, automation.heartbeat, runtime.scheduler.clock
+            )
+            home = chat_ready(channels)(beat.channel)
+            tasks.append(
+                group.create_task(beat.run(runtime.agent, deliver, home), name="heartbeat")
+            )
+        stopping = group.create_task(stop.wait(), name="stop-signal")
+        # A channel that ends on its own (a fatal error) stops the whole gateway, so the
+        # supervisor (systemd) can restart it; the task group raises its error for us.
+        done, _ = await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        ended = [task for task in done if task is not stopping and not task.exception()]
+        for task in tasks:
+            task.cancel()
+        stopping.cancel()
+    if ended and not stop.is_set():
+        raise MemgateError(f"{ended[0].get_name()} stopped unexpectedly")

@@ -1,0 +1,352 @@
+"""The agent's tools: file access confined to one scope, and the registry that runs them.
+
+Paths are resolved with symlinks followed and checked against the turn's scope (gateway/tools/scope.py);
+`..`, absolute paths and links that land outside it are refused. A tool's failure is returned to the
+model as text. MEMORY.md is only ever compare-and-written: write_file replaces it only if it still
+holds the text the turn last saw (`turn_memory`), so a consolidation that landed meanwhile is never
+undone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.bus import InboundMessage
+from gateway.errors import describe_errors
+from gateway.tools.scope import PRIVATE, PathRefusedError, Scope, ScopeGuard
+from memory.errors import MemoryChangedError
+from memory.fileio import atomic_write
+from memory.files import MemoryFiles
+
+log = logging.getLogger(__name__)
+
+MAX_READ_CHARS = 50_000
+MAX_LIST_ENTRIES = 500
+
+
+# The message the running turn answers, set by the agent in the turn's own task: tools that act
+# for a chat (scheduling a reminder) read which chat that is, never the model's say-so.
+turn_origin: ContextVar[InboundMessage | None] = ContextVar("turn_origin", default=None)
+
+
+@dataclass
+class MemorySeen:
+    """The MEMORY.md text the running turn last saw: in its prompt, by read_file, or as it wrote
+    it (None: it has seen none)."""
+
+    text: str | None = None
+
+
+# The running turn's MemorySeen, set by the agent in the turn's own task. The tools run in worker
+# threads with a copy of that context, so they update the one object rather than set the variable.
+turn_memory: ContextVar[MemorySeen | None] = ContextVar("turn_memory", default=None)
+
+MEMORY_CHANGED = (
+    "memory/MEMORY.md changed since you last saw it (memgate may have added facts); read it "
+    "again and make your change on top of what it holds now"
+)
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; the message goes back to the model."""
+
+
+ToolFunc = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: ToolFunc
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ToolRegistry:
+    """Named tools with their JSON schemas."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._schemas: list[dict[str, Any]] | None = None
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        self._schemas = None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' JSON schemas: one list, built once (until a tool is added), which callers
+        only read; the budget recognises it and measures it once."""
+        if self._schemas is None:
+            self._schemas = [tool.schema() for tool in self._tools.values()]
+        return self._schemas
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    async def execute(self, name: str, raw_arguments: str) -> str:
+        """Run a tool; every failure becomes an `Error: …` text for the model."""
+        tool = self._tools.get(name)
+        if tool is None:
+            log.warning("model called an unknown tool tool=%s", name[:64])
+            return f"Error: unknown tool {name!r}. Available: {', '.join(self._tools)}"
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as exc:
+            log.warning("model sent arguments that are not JSON tool=%s error=%s", name, exc.msg)
+            return f"Error: arguments are not valid JSON ({exc.msg})"
+        if not isinstance(arguments, dict):
+            log.warning("model sent arguments that are not an object tool=%s", name)
+            return "Error: arguments must be a JSON object"
+        missing = [k for k in tool.parameters.get("required", []) if k not in arguments]
+        if missing:
+            log.warning("model left out arguments tool=%s missing=%s", name, ",".join(missing))
+            return f"Error: missing required argument(s): {', '.join(missing)}"
+        try:
+            return await tool.run(arguments)
+        except ToolError as exc:
+            log.info("tool refused tool=%s reason=%s", name, exc)
+            return f"Error: {exc}"
+        except Exception as exc:
+            # The model reads the failure and decides; the turn goes on, so this is no boundary
+            # of the message, only of the tool call.
+            log.error("tool failed tool=%s error=%s", name, describe_errors(exc))
+            log.debug("tool failure traceback tool=%s", name, exc_info=True)
+            return f"Error: {name} failed ({type(exc).__name__})"
+
+
+class WorkspaceFiles:
+    """read_file, write_file, edit_file and list_dir, confined to what one scope may reach.
+
+    MEMORY.md and HISTORY.md go through the memory writer: a rewrite of MEMORY.md keeps the previous
+    text under memory/versions/ and happens only if the file still holds what the turn last saw
+    (write_file) or what the edit was made on (edit_file); HISTORY.md only grows (a write that
+    keeps its text and adds to the end is an append; anything else is refused).
+    """
+
+    def __init__(self, guard: ScopeGuard, memory: MemoryFiles) -> None:
+        self.guard = guard
+        self.root = guard.root
+        self.memory = memory
+
+    def resolve(self, raw: Any, *, writing: bool = False) -> Path:
+        try:
+            return self.guard.resolve(raw, writing=writing)
+        except PathRefusedError as exc:
+            raise ToolError(str(exc)) from None
+
+    def relative(self, path: Path) -> str:
+        return str(path.relative_to(self.root)) or "."
+
+    def _read(self, arguments: dict[str, Any]) -> str:
+        path = self.resolve(arguments.get("path"))
+        if not path.is_file():
+            raise ToolError(f"no such file: {self.relative(path)}")
+        memory = self.guard.same_file(path, self.memory.memory_md)
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            # MEMORY.md whole: the turn has now seen this text, and a write_file compares with it.
+            text = handle.read() if memory else handle.read(MAX_READ_CHARS + 1)
+        seen = turn_memory.get()
+        if memory and seen is not None:
+            seen.text = text
+        if len(text) > MAX_READ_CHARS:
+            return text[:MAX_READ_CHARS] + f"\n[... truncated at {MAX_READ_CHARS} characters]"
+        return text
+
+    def _write(self, arguments: dict[str, Any]) -> str:
+        path = self.resolve(arguments.get("path"), writing=True)
+        content = arguments.get("content")
+        if not isinstance(content, str):
+            raise ToolError("content must be a string")
+        if path.is_dir():
+            raise ToolError(f"{self.relative(path)} is a directory")
+        if self.guard.same_file(path, self.memory.history_md):
+            return self._append_history(content)
+        if self.guard.same_file(path, self.memory.memory_md):
+            return self._write_memory(content)
+        self._replace(path, content)
+        return f"Wrote {len(content)} characters to {self.relative(path)}"
+
+    def _replace(self, path: Path, text: str) -> None:
+        """Write a file; under memory/ (daily notes) through the one memory writer."""
+        if self.guard.same_file(path.parent, self.memory.dir):
+            self.memory.write_file(path, text)
+        else:
+            atomic_write(path, text)
+
+    def _write_memory(self, text: str) -> str:
+        seen = turn_memory.get()
+        if seen is None or seen.text is None:
+            raise ToolError("read memory/MEMORY.md before replacing it")
+        kept = self._replace_memory(text, seen.text)
+        if kept is None:
+            return "memory/MEMORY.md already had this text; nothing changed"
+        return (
+            f"Wrote {len(text)} characters to memory/MEMORY.md (previous text kept as {kept.name})"
+        )
+
+    def _replace_memory(self, text: str, expected: str) -> Path | None:
+        """Compare-and-write MEMORY.md: `text` replaces it only if it still holds `expected`
+        (else the model is told to read it again), so a write landed since is never undone."""
+        try:
+            kept = self.memory.write_memory(text, expected=expected)
+        except MemoryChangedError:
+            raise ToolError(MEMORY_CHANGED) from None
+        seen = turn_memory.get()
+        # The turn knows the new text only if it had seen the one it replaced: after an edit of
+        # text it never saw, a write_file of its older view must still be refused.
+        if seen is not None and seen.text == expected:
+            seen.text = text
+        return kept
+
+    def _append_history(self, content: str) -> str:
+        current = self.memory.read_history()
+        if not content.startswith(current):
+            raise ToolError(
+                "memory/HISTORY.md is append-only: write its current text followed by the new "
+                "entry, or leave it to memgate"
+            )
+        entry = content[len(current) :].strip()
+        if not entry:
+            return "memory/HISTORY.md already had this text; nothing changed"
+        self.memory.append_history(entry)
+        return f"Appended {len(entry)} characters to memory/HISTORY.md"
+
+    def _edit(self, arguments: dict[str, Any]) -> str:
+        path = self.resolve(arguments.get("path"), writing=True)
+        old, new = arguments.get("old_text"), arguments.get("new_text")
+        if not isinstance(old, str) or not old or not isinstance(new, str):
+            raise ToolError("old_text (non-empty) and new_text must be strings")
+        if not path.is_file():
+            raise ToolError(f"no such file: {self.relative(path)}")
+        if self.guard.same_file(path, self.memory.history_md):
+            raise ToolError("memory/HISTORY.md is append-only: its entries cannot be edited")
+        text = path.read_text(encoding="utf-8")
+        count = text.count(old)
+        if count != 1:
+            where = "not found" if count == 0 else f"found {count} times; give more context"
+            raise ToolError(f"old_text {where} in {self.relative(path)}")
+        if self.guard.same_file(path, self.memory.memory_md):
+            self._replace_memory(text.replace(old, new, 1), text)
+            return "Edited memory/MEMORY.md (previous text kept in memory/versions/)"
+        self._replace(path, text.replace(old, new, 1))
+        return f"Edited {self.relative(path)}"
+
+    def _list(self, arguments: dict[str, Any]) -> str:
+        path = self.resolve(arguments.get("path") or ".")
+        if not path.is_dir():
+            raise ToolError(f"not a directory: {self.relative(path)}")
+        entries = sorted(path.iterdir(), key=lambda p: p.name)
+        lines = [f"{e.name}/" if e.is_dir() else e.name for e in entries[:MAX_LIST_ENTRIES]]
+        if len(entries) > MAX_LIST_ENTRIES:
+            lines.append(f"[... {len(entries) - MAX_LIST_ENTRIES} more]")
+        return "\n".join(lines) or "(empty)"
+
+    def tools(self) -> list[Tool]:
+        def threaded(func: Callable[[dict[str, Any]], str]) -> ToolFunc:
+            async def run(arguments: dict[str, Any]) -> str:
+                return await asyncio.to_thread(func, arguments)
+
+            return run
+
+        path = {"type": "string", "description": "Path relative to the workspace"}
+        return [
+            Tool(
+                "read_file",
+                "Read a text file from the workspace.",
+                {"type": "object", "properties": {"path": path}, "required": ["path"]},
+                threaded(self._read),
+            ),
+            Tool(
+                "write_file",
+                "Create or replace a text file in the workspace.",
+                {
+                    "type": "object",
+                    "properties": {"path": path, "content": {"type": "string"}},
+                    "required": ["path", "content"],
+                },
+                threaded(self._write),
+            ),
+            Tool(
+                "edit_file",
+                "Replace one exact occurrence of old_text with new_text in a workspace file.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "path": path,
+                        "old_text": {"type": "string"},
+                        "new_text": {"type": "string"},
+                    },
+                    "required": ["path", "old_text", "new_text"],
+                },
+                threaded(self._edit),
+            ),
+            Tool(
+                "list_dir",
+                "List the entries of a workspace directory.",
+                {"type": "object", "properties": {"path": path}, "required": []},
+                threaded(self._list),
+            ),
+        ]
+
+
+class ToolBox:
+    """Each scope's tools: file tools confined to its roots, plus the extras (search) of scopes
+    that include memory. Groups never get those extras. `by_scope` adds tools offered to the
+    scopes of a given name (`private`, `group`), as configured for MCP servers."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        state_dir: Path,
+        memory: MemoryFiles,
+        memory_tools: list[Tool],
+        by_scope: Mapping[str, list[Tool]] | None = None,
+        private_tools: list[Tool] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.state_dir = state_dir
+        self.memory = memory
+        self.memory_tools = memory_tools
+        self.by_scope = dict(by_scope or {})
+        # Offered to the private scope only (scheduling): a group never sees them.
+        self.private_tools = private_tools if private_tools is not None else []
+        self._built: dict[Scope, ToolRegistry] = {}
+
+    def for_scope(self, scope: Scope) -> ToolRegistry:
+        registry = self._built.get(scope)
+        if registry is None:
+            registry = ToolRegistry()
+            guard = ScopeGuard(scope, self.workspace, self.state_dir)
+            for tool in WorkspaceFiles(guard, self.memory).tools():
+                registry.add(tool)
+            if scope.memory:
+                for tool in self.memory_tools:
+                    registry.add(tool)
+            for tool in self.by_scope.get(scope.name, []):
+                registry.add(tool)
+            if scope.name == PRIVATE:
+                for tool in self.private_tools:
+                    registry.add(tool)
+            if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
+                self._built.clear()
+            self._built[scope] = registry
+        return registry

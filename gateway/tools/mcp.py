@@ -1,0 +1,367 @@
+"""Tools from MCP servers: each configured server kept connected, its tools offered as `<server>__<tool>`.
+
+The only module that imports the `mcp` SDK (and the httpx2 and jsonschema it brings). A server
+that fails to start is logged and left out; one that dies mid-session is restarted with backoff,
+and its tools answer "unavailable" meanwhile. Nothing a server does can end a turn: every failure
+becomes a short text for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from collections.abc import Iterable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.exceptions import best_match
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import (
+    CONNECTION_CLOSED,
+    AudioContent,
+    CallToolResult,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+from mcp.types import Tool as McpTool
+
+from gateway.config.models import McpServerConfig
+from gateway.errors import describe_errors
+from gateway.tools.files import Tool, ToolError, ToolFunc
+
+log = logging.getLogger(__name__)
+
+# What the model sees of one result, marker included: no more than a session keeps of any result.
+MAX_RESULT_CHARS = 16_000
+RESTART_FIRST_DELAY = 0.5  # seconds before the first restart of a server that died
+RESTART_MAX_DELAY = 60.0
+MAX_TOOL_PAGES = 20  # a server whose tool list never ends cannot hold the start up forever
+_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
+SEPARATOR = "__"
+
+STARTING, UP, RESTARTING, FAILED = "starting", "up", "restarting", "failed"
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """One tool a server offers, as the model will see it."""
+
+    server: str
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}{SEPARATOR}{self.name}"
+
+
+def offered_tools(
+    server: str, listed: Iterable[McpTool], allow: list[str] | None
+) -> list[RemoteTool]:
+    """The listed tools the model may be offered: allowed, well named, with a valid object schema.
+
+    A tool that fails a check is left out with a warning naming the server and the tool.
+    """
+    offered: list[RemoteTool] = []
+    for tool in listed:
+        if allow is not None and tool.name not in allow:
+            continue
+        qualified = f"{server}{SEPARATOR}{tool.name}"
+        if not _FUNCTION_NAME.match(qualified):
+            log.warning("mcp tool skipped: name unusable server=%s tool=%r", server, tool.name[:80])
+            continue
+        schema = tool.input_schema
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            log.warning(
+                "mcp tool skipped: malformed schema server=%s tool=%s error=%s",
+                server,
+                tool.name,
+                exc.message[:200],
+            )
+            continue
+        if schema.get("type") != "object":
+            log.warning(
+                "mcp tool skipped: schema is not an object server=%s tool=%s", server, tool.name
+            )
+            continue
+        offered.append(RemoteTool(server, tool.name, tool.description or "", dict(schema)))
+    if allow is not None:
+        for name in sorted(set(allow) - {tool.name for tool in offered}):
+            log.warning("mcp tool in allow not offered server=%s tool=%s", server, name)
+    return offered
+
+
+def render_result(result: CallToolResult, qualified: str) -> str:
+    """A tool result as text: text blocks as they are, other content named, capped."""
+    parts = [_render_block(block) for block in result.content]
+    text = "\n".join(part for part in parts if part)
+    if not text and result.structured_content is not None:
+        text = json.dumps(result.structured_content, ensure_ascii=False)
+    if result.is_error:
+        text = f"Error: {qualified} reported a failure: {text or '(no details)'}"
+    if len(text) > MAX_RESULT_CHARS:
+        keep = MAX_RESULT_CHARS - 80  # room for the marker
+        marker = f"\n[... {len(text) - keep} of {len(text)} characters cut: results are capped]"
+        text = text[:keep] + marker
+    return text or "(the tool returned nothing)"
+
+
+def _render_block(block: ContentBlock) -> str:
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ImageContent):
+        return f"[image content ({block.mime_type}) not shown]"
+    if isinstance(block, AudioContent):
+        return f"[audio content ({block.mime_type}) not shown]"
+    if isinstance(block, ResourceLink):
+        return f"[resource link: {block.uri}]"
+    if isinstance(block, EmbeddedResource):
+        if isinstance(block.resource, TextResourceContents):
+            return block.resource.text
+        kind = block.resource.mime_type or "binary"
+        return f"[embedded resource {block.resource.uri} ({kind}) not shown]"
+    return f"[{getattr(block, 'type', 'unknown')} content not shown]"
+
+
+class McpConnection:
+    """One configured server, kept connected by `run()` until it is cancelled.
+
+    `tools` is what the first start listed: the tools the model is offered for the whole
+    process; a restarted server serves the same names.
+    """
+
+    def __init__(self, name: str, settings: McpServerConfig) -> None:
+        self.name = name
+        self.settings = settings
+        self.state = STARTING
+        self.error = ""
+        self.tools: list[RemoteTool] = []
+        self.restarts = 0
+        self._client: Client | None = None
+        self._broken = asyncio.Event()
+        self._started = asyncio.Event()  # the first start ended, up or failed
+        self._changed = asyncio.Condition()
+        self._validators: dict[str, Draft202012Validator] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Start the server, then restart it with backoff whenever it dies; ends by cancellation."""
+        delay = RESTART_FIRST_DELAY
+        while True:
+            self._broken.clear()
+            try:
+                async with AsyncExitStack() as stack:
+                    async with asyncio.timeout(self.settings.start_timeout):
+                        client = await stack.enter_async_context(await self._connect(stack))
+                        listed = await self._list_tools(client)
+                    if not self._started.is_set():
+                        self.tools = offered_tools(self.name, listed, self.settings.allow)
+                        self._validators = {
+                            t.name: Draft202012Validator(t.parameters) for t in self.tools
+                        }
+                    self._client = client
+                    await self._set_state(UP, "")
+                    delay = RESTART_FIRST_DELAY
+                    log.info("mcp server up server=%s tools=%d", self.name, len(self.tools))
+                    await self._broken.wait()
+            except Exception as exc:
+                reason = (
+                    f"no answer within {self.settings.start_timeout:g} s"
+                    if isinstance(exc, TimeoutError)
+                    else describe_errors(exc)
+                )
+                if not self._started.is_set():
+                    await self._set_state(FAILED, reason)
+                    log.warning(
+                        "mcp server failed to start, skipped server=%s error=%s", self.name, reason
+                    )
+                    log.debug("mcp server start failure server=%s", self.name, exc_info=True)
+                    return
+                self.error = reason
+            finally:
+                self._client = None
+            await self._set_state(RESTARTING, self.error or "the connection closed")
+            wait = delay * random.uniform(0.8, 1.2)  # jitter: several servers do not retry in step
+            log.warning(
+                "mcp server down, restarting server=%s in=%.1fs reason=%s",
+                self.name,
+                wait,
+                self.error or "the connection closed",
+            )
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, RESTART_MAX_DELAY)
+            self.restarts += 1
+
+    async def _set_state(self, state: str, error: str) -> None:
+        self.state, self.error = state, error
+        if state in (UP, FAILED):
+            self._started.set()
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def started(self) -> None:
+        """Wait for the first start to end, up or failed (bounded by the start timeout)."""
+        await self._started.wait()
+
+    async def wait_for(self, state: str) -> None:
+        """Wait until the server is in `state` (tests and doctor use it)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.state == state)
+
+    async def _connect(self, stack: AsyncExitStack) -> Client:
+        settings = self.settings
+        if settings.url is not None:
+            # The transport leaves a client it was given open: the stack closes it, last.
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=settings.headers,
+                    timeout=httpx2.Timeout(30.0, read=max(300.0, settings.timeout)),
+                )
+            )
+            return Client(streamable_http_client(settings.url, http_client=http))
+        assert settings.command is not None  # the config allows one of command or url
+        return Client(
+            StdioServerParameters(
+                command=settings.command,
+                args=settings.args,
+                env=settings.env or None,
+                cwd=settings.cwd,
+            )
+        )
+
+    @staticmethod
+    async def _list_tools(client: Client) -> list[McpTool]:
+        listed: list[McpTool] = []
+        cursor: str | None = None
+        for _ in range(MAX_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return listed
+
+    # -- calls ---------------------------------------------------------------------------------------
+    async def call(self, tool: RemoteTool, arguments: dict[str, Any]) -> str:
+        """Call one tool; timeouts, a dead server and protocol errors become ToolError."""
+        errors = self._validators[tool.name].iter_errors(arguments)
+        problem = best_match(errors)
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "arguments"
+            raise ToolError(f"{where}: {problem.message[:300]}")
+        client = self._client
+        if client is None or self.state != UP:
+            raise ToolError(self._unavailable())
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                result = await client.call_tool(tool.name, arguments)
+        except TimeoutError:
+            log.warning(
+                "mcp tool timed out tool=%s timeout=%gs", tool.qualified, self.settings.timeout
+            )
+            raise ToolError(
+                f"{tool.qualified} timed out after {self.settings.timeout:g} s"
+            ) from None
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                log.info("mcp tool refused tool=%s error=%s", tool.qualified, exc.message[:200])
+                raise ToolError(f"{tool.qualified}: {exc.message[:500]}") from None
+            self._lost("the connection closed")
+            raise ToolError(self._unavailable()) from None
+        except Exception as exc:  # a transport failure: the server is gone or unreachable
+            self._lost(describe_errors(exc))
+            raise ToolError(self._unavailable()) from None
+        return render_result(result, tool.qualified)
+
+    def _lost(self, reason: str) -> None:
+        """Called by the call that found the server gone: `run()` restarts it."""
+        if self._client is not None:
+            # Set at once: the calls that come before `run()` wakes up see it down too.
+            self.state, self.error = RESTARTING, reason
+            self._client = None
+            self._broken.set()
+
+    def _unavailable(self) -> str:
+        return (
+            f"the MCP server {self.name!r} is unavailable right now "
+            f"({self.error or self.state}); memgate is restarting it, try again later"
+        )
+
+
+class McpServers:
+    """Every enabled server of `tools.mcp_servers`, and their tools for each scope."""
+
+    def __init__(self, servers: dict[str, McpServerConfig]) -> None:
+        self.connections = [McpConnection(n, s) for n, s in servers.items() if s.enabled]
+        self.disabled = [name for name, settings in servers.items() if not settings.enabled]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, group: asyncio.TaskGroup) -> None:
+        """Start every server in parallel in `group`; return once each is up or has failed.
+
+        Each start is bounded by its server's `start_timeout`, so this is too.
+        """
+        if self._tasks:
+            raise RuntimeError("the MCP servers are already started")
+        self._tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in self.connections]
+        await asyncio.gather(*(c.started() for c in self.connections))
+
+    async def stop(self) -> None:
+        """Close every connection (a stdio server's process is ended by the SDK)."""
+        for task in self._tasks:
+            task.cancel()
+        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, ended, strict=True):
+            if isinstance(result, Exception):  # stopping anyway: worth a line, not a failure
+                log.debug("mcp stopped with an error task=%s error=%s", task.get_name(), result)
+
+    def connection(self, name: str) -> McpConnection:
+        return next(c for c in self.connections if c.name == name)
+
+    def tools_by_scope(self) -> dict[str, list[Tool]]:
+        """Each scope name's tools, as the tool registry takes them."""
+        by_scope: dict[str, list[Tool]] = {}
+        for connection in self.connections:
+            for remote in connection.tools:
+                tool = Tool(
+                    remote.qualified,
+                    remote.description,
+                    remote.parameters,
+                    _caller(connection, remote),
+                )
+                for scope in connection.settings.scopes:
+                    by_scope.setdefault(scope, []).append(tool)
+        return by_scope
+
+    def up(self) -> list[McpConnection]:
+        return [c for c in self.connections if c.state == UP]
+
+
+def _caller(connection: McpConnection, remote: RemoteTool) -> ToolFunc:
+    async def run(arguments: dict[str, Any]) -> str:
+        return await connection.call(remote, arguments)
+
+    return run
+
+
+async def probe(name: str, settings: McpServerConfig) -> McpConnection:
+    """Start one server, list its tools and stop it again (for `memgate doctor`)."""
+    servers = McpServers({name: settings})
+    async with asyncio.TaskGroup() as group:
+        await servers.start(group)
+        await servers.stop()
+    return servers.connection(name)

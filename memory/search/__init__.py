@@ -1,0 +1,3 @@
+"""Memory search: the index of memory files and sessions, keyword and vector ranking,
+`memory_get`, the model's tools and the CLI's display.
+"""
