@@ -111,6 +111,8 @@ class OutboundMessage:
         try:
             await self.on_sent()
         except Exception as exc:
+            # The reply is out; its mark is best effort (a lost one costs a resend the replay
+            # recognises). This module imports nothing of ours, so it cannot name the store's errors.
             log.warning("could not mark a reply delivered chat_id=%s error=%s", self.chat_id, exc)
 
 

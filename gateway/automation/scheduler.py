@@ -224,6 +224,8 @@ class Scheduler:
             else:
                 self._finished(job)
         except Exception:
+            # This job's own task: a bug in one job must not end the scheduler's task group and
+            # with it every other job (a turn's own failures are already its reply).
             log.exception("job failed id=%s session=%s", job.id, job.session)
         finally:
             self._busy.discard(job.id)

@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         where = Path(exc.filename) if exc.filename else Path.cwd()
         print(f"memgate: {permission_hint(where, 'use')}", file=sys.stderr)
         code = 1
-    except Exception as exc:
+    except Exception as exc:  # the command line's one boundary: any error is one line, exit 1
         log.debug("memgate stopped by an unexpected error", exc_info=True)
         print(f"memgate: {describe_errors(exc)}", file=sys.stderr)  # every error of a group
         code = 1

@@ -286,7 +286,7 @@ class OpenAIProvider:
                 )
         except TimeoutError as exc:
             raise self._error(LLMTimeoutError, f"no answer within {self._deadline:.0f}s") from exc
-        except Exception as exc:
+        except Exception as exc:  # the SDK's errors translated; anything else passes unchanged
             ours = self._stream_error(exc)
             if ours is exc:
                 raise
@@ -301,7 +301,7 @@ class OpenAIProvider:
         except TimeoutError as exc:
             silent = f"the stream stopped for {self._idle:.0f}s"
             raise self._error(LLMTimeoutError, silent) from exc
-        except Exception as exc:
+        except Exception as exc:  # the SDK's errors translated; anything else passes unchanged
             ours = self._stream_error(exc)
             if ours is exc:
                 raise

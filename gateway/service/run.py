@@ -96,7 +96,7 @@ def chat_sender(channels: Sequence[Channel]) -> Deliver:
             return f"{message.channel} is not connected"
         try:
             sent = await channel.send(message)
-        except Exception as exc:
+        except Exception as exc:  # a platform SDK's errors are its adapter's to name, not ours
             log.debug("send to chat failed chat=%s", message.chat_id, exc_info=True)
             return f"{message.channel} send failed ({type(exc).__name__})"
         return None if sent else f"{message.channel} refused or lost the message (see the log)"

@@ -178,7 +178,7 @@ class McpConnection:
                     delay = RESTART_FIRST_DELAY
                     log.info("mcp server up server=%s tools=%d", self.name, len(self.tools))
                     await self._broken.wait()
-            except Exception as exc:
+            except Exception as exc:  # the server's supervisor: any failure is a restart later
                 reason = (
                     f"no answer within {self.settings.start_timeout:g} s"
                     if isinstance(exc, TimeoutError)

@@ -50,7 +50,8 @@ def _write(path: Path, data: bytes, cut_at: int | None) -> tuple[int, int]:
 
 def _commit(batch: list[tuple[Path, bytes, int | None, int | None]]) -> list[int | BaseException]:
     """Write each append not yet written (those with no descriptor), then fsync each file; per
-    append its new size or its error."""
+    append its new size or its error. Errors are caught whole on purpose: each belongs to its own
+    append's caller, and the batch's other appends must still be written and answered."""
     results: list[int | BaseException] = []
     written: list[tuple[int, int]] = []  # (index in results, open descriptor)
     for path, data, cut_at, fd in batch:
