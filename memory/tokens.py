@@ -154,7 +154,7 @@ class TokenCounter:
         self.encoding_name = encoding_name_for(model)
         self._encoding: tiktoken.Encoding | None = None
         # Bounds of the last few tool-schema lists, by identity: a scope's list is built once
-        # and only read (gateway.tools.files.ToolRegistry.schemas), and goes with every request.
+        # and only read (gateway.tools.registry.ToolRegistry.schemas), and goes with every request.
         self._tool_bounds: dict[int, tuple[list[dict[str, Any]], int]] = {}
         if seed_cache(self.encoding_name) is None:
             # No verified copy on disk: tiktoken must download it. Try now, so that a machine

@@ -14,7 +14,8 @@ from typing import Any
 
 from gateway.cli.status import describe
 from gateway.service.app import Runtime
-from gateway.tools.files import MemorySeen, ToolRegistry, WorkspaceFiles, turn_memory
+from gateway.tools.files import MemorySeen, WorkspaceFiles, turn_memory
+from gateway.tools.registry import ToolRegistry
 from gateway.tools.scope import ScopeGuard, private_scope
 from memory.consolidation.consolidator import Job
 from memory.files import MemoryFiles

@@ -37,8 +37,10 @@ from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
 from gateway.media.reader import MediaReader, PreparedMessage
-from gateway.tools.files import MemorySeen, ToolBox, ToolRegistry, turn_memory, turn_origin
+from gateway.tools.files import MemorySeen, turn_memory
+from gateway.tools.registry import ToolRegistry, turn_origin
 from gateway.tools.scope import scope_for
+from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from gateway.llm.types import ChatResponse
-from gateway.tools.files import ToolRegistry
+from gateway.tools.registry import ToolRegistry
 from memory.sessions.file import Message
 from memory.sessions.store import INTERRUPTED_TOOL, Session, SessionStore, unanswered_calls
 

@@ -34,9 +34,10 @@ from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
 from gateway.service.metrics import Metrics
 from gateway.state import check_apart, move_workspace_state
-from gateway.tools.files import Tool, ToolBox
 from gateway.tools.jobs import JobTools
+from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
+from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
 from memory.consolidation.compact import MemoryCompactor
 from memory.consolidation.consolidator import ConsolidationSettings, Consolidator

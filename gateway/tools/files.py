@@ -1,4 +1,4 @@
-"""The agent's tools: file access confined to one scope, and the registry that runs them.
+"""The file tools: read_file, write_file, edit_file and list_dir, confined to one scope.
 
 Paths are resolved with symlinks followed and checked against the turn's scope (gateway/tools/scope.py);
 `..`, absolute paths and links that land outside it are refused. A tool's failure is returned to the
@@ -10,17 +10,15 @@ undone.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.bus import InboundMessage
-from gateway.errors import describe_errors
-from gateway.tools.scope import PRIVATE, PathRefusedError, Scope, ScopeGuard
+from gateway.tools.registry import Tool, ToolError, ToolFunc
+from gateway.tools.scope import PathRefusedError, ScopeGuard
 from memory.errors import MemoryChangedError
 from memory.fileio import atomic_write
 from memory.files import MemoryFiles
@@ -29,11 +27,6 @@ log = logging.getLogger(__name__)
 
 MAX_READ_CHARS = 50_000
 MAX_LIST_ENTRIES = 500
-
-
-# The message the running turn answers, set by the agent in the turn's own task: tools that act
-# for a chat (scheduling a reminder) read which chat that is, never the model's say-so.
-turn_origin: ContextVar[InboundMessage | None] = ContextVar("turn_origin", default=None)
 
 
 @dataclass
@@ -52,85 +45,6 @@ MEMORY_CHANGED = (
     "memory/MEMORY.md changed since you last saw it (memgate may have added facts); read it "
     "again and make your change on top of what it holds now"
 )
-
-
-class ToolError(Exception):
-    """A tool could not do what was asked; the message goes back to the model."""
-
-
-ToolFunc = Callable[[dict[str, Any]], Awaitable[str]]
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    run: ToolFunc
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
-
-
-class ToolRegistry:
-    """Named tools with their JSON schemas."""
-
-    def __init__(self) -> None:
-        self._tools: dict[str, Tool] = {}
-        self._schemas: list[dict[str, Any]] | None = None
-
-    def add(self, tool: Tool) -> None:
-        if tool.name in self._tools:
-            raise ValueError(f"tool {tool.name!r} registered twice")
-        self._tools[tool.name] = tool
-        self._schemas = None
-
-    def schemas(self) -> list[dict[str, Any]]:
-        """The tools' JSON schemas: one list, built once (until a tool is added), which callers
-        only read; the budget recognises it and measures it once."""
-        if self._schemas is None:
-            self._schemas = [tool.schema() for tool in self._tools.values()]
-        return self._schemas
-
-    def names(self) -> list[str]:
-        return list(self._tools)
-
-    async def execute(self, name: str, raw_arguments: str) -> str:
-        """Run a tool; every failure becomes an `Error: …` text for the model."""
-        tool = self._tools.get(name)
-        if tool is None:
-            log.warning("model called an unknown tool tool=%s", name[:64])
-            return f"Error: unknown tool {name!r}. Available: {', '.join(self._tools)}"
-        try:
-            arguments = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError as exc:
-            log.warning("model sent arguments that are not JSON tool=%s error=%s", name, exc.msg)
-            return f"Error: arguments are not valid JSON ({exc.msg})"
-        if not isinstance(arguments, dict):
-            log.warning("model sent arguments that are not an object tool=%s", name)
-            return "Error: arguments must be a JSON object"
-        missing = [k for k in tool.parameters.get("required", []) if k not in arguments]
-        if missing:
-            log.warning("model left out arguments tool=%s missing=%s", name, ",".join(missing))
-            return f"Error: missing required argument(s): {', '.join(missing)}"
-        try:
-            return await tool.run(arguments)
-        except ToolError as exc:
-            log.info("tool refused tool=%s reason=%s", name, exc)
-            return f"Error: {exc}"
-        except Exception as exc:
-            # The model reads the failure and decides; the turn goes on, so this is no boundary
-            # of the message, only of the tool call.
-            log.error("tool failed tool=%s error=%s", name, describe_errors(exc))
-            log.debug("tool failure traceback tool=%s", name, exc_info=True)
-            return f"Error: {name} failed ({type(exc).__name__})"
 
 
 class WorkspaceFiles:
@@ -306,47 +220,3 @@ class WorkspaceFiles:
                 threaded(self._list),
             ),
         ]
-
-
-class ToolBox:
-    """Each scope's tools: file tools confined to its roots, plus the extras (search) of scopes
-    that include memory. Groups never get those extras. `by_scope` adds tools offered to the
-    scopes of a given name (`private`, `group`), as configured for MCP servers."""
-
-    def __init__(
-        self,
-        workspace: Path,
-        state_dir: Path,
-        memory: MemoryFiles,
-        memory_tools: list[Tool],
-        by_scope: Mapping[str, list[Tool]] | None = None,
-        private_tools: list[Tool] | None = None,
-    ) -> None:
-        self.workspace = workspace
-        self.state_dir = state_dir
-        self.memory = memory
-        self.memory_tools = memory_tools
-        self.by_scope = dict(by_scope or {})
-        # Offered to the private scope only (scheduling): a group never sees them.
-        self.private_tools = private_tools if private_tools is not None else []
-        self._built: dict[Scope, ToolRegistry] = {}
-
-    def for_scope(self, scope: Scope) -> ToolRegistry:
-        registry = self._built.get(scope)
-        if registry is None:
-            registry = ToolRegistry()
-            guard = ScopeGuard(scope, self.workspace, self.state_dir)
-            for tool in WorkspaceFiles(guard, self.memory).tools():
-                registry.add(tool)
-            if scope.memory:
-                for tool in self.memory_tools:
-                    registry.add(tool)
-            for tool in self.by_scope.get(scope.name, []):
-                registry.add(tool)
-            if scope.name == PRIVATE:
-                for tool in self.private_tools:
-                    registry.add(tool)
-            if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
-                self._built.clear()
-            self._built[scope] = registry
-        return registry

@@ -14,7 +14,7 @@ from gateway.automation.heartbeat import SESSION as HEARTBEAT_SESSION
 from gateway.automation.jobs import JobError, format_time, new_job
 from gateway.automation.scheduler import SCHEDULER_SENDER, Scheduler
 from gateway.bus import InboundMessage
-from gateway.tools.files import Tool, ToolError, turn_origin
+from gateway.tools.registry import Tool, ToolError, turn_origin
 
 GROUP_REFUSAL = "scheduled jobs can be made only in a private chat with the owner"
 

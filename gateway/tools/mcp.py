@@ -38,7 +38,7 @@ from mcp.types import Tool as McpTool
 
 from gateway.config.models import McpServerConfig
 from gateway.errors import describe_errors
-from gateway.tools.files import Tool, ToolError, ToolFunc
+from gateway.tools.registry import Tool, ToolError, ToolFunc
 
 log = logging.getLogger(__name__)
 

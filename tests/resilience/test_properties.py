@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from channels.base import split_message, text_length
 from channels.telegram.html import render_html, render_pieces
 from channels.utf16 import utf16_length
-from gateway.tools.files import ToolError, ToolRegistry, WorkspaceFiles
+from gateway.tools.files import WorkspaceFiles
+from gateway.tools.registry import ToolError, ToolRegistry
 from gateway.tools.scope import ScopeGuard, private_scope
 from memory.files import MemoryFiles
 from memory.sessions.file import file_name, key_from_file_name, parse_session_bytes

@@ -1,0 +1,55 @@
+"""Each scope's tools: the file tools confined to its roots, and the extras its scope is offered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from gateway.tools.files import WorkspaceFiles
+from gateway.tools.registry import Tool, ToolRegistry
+from gateway.tools.scope import PRIVATE, Scope, ScopeGuard
+from memory.files import MemoryFiles
+
+
+class ToolBox:
+    """Each scope's tools: file tools confined to its roots, plus the extras (search) of scopes
+    that include memory. Groups never get those extras. `by_scope` adds tools offered to the
+    scopes of a given name (`private`, `group`), as configured for MCP servers."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        state_dir: Path,
+        memory: MemoryFiles,
+        memory_tools: list[Tool],
+        by_scope: Mapping[str, list[Tool]] | None = None,
+        private_tools: list[Tool] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.state_dir = state_dir
+        self.memory = memory
+        self.memory_tools = memory_tools
+        self.by_scope = dict(by_scope or {})
+        # Offered to the private scope only (scheduling): a group never sees them.
+        self.private_tools = private_tools if private_tools is not None else []
+        self._built: dict[Scope, ToolRegistry] = {}
+
+    def for_scope(self, scope: Scope) -> ToolRegistry:
+        registry = self._built.get(scope)
+        if registry is None:
+            registry = ToolRegistry()
+            guard = ScopeGuard(scope, self.workspace, self.state_dir)
+            for tool in WorkspaceFiles(guard, self.memory).tools():
+                registry.add(tool)
+            if scope.memory:
+                for tool in self.memory_tools:
+                    registry.add(tool)
+            for tool in self.by_scope.get(scope.name, []):
+                registry.add(tool)
+            if scope.name == PRIVATE:
+                for tool in self.private_tools:
+                    registry.add(tool)
+            if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
+                self._built.clear()
+            self._built[scope] = registry
+        return registry
