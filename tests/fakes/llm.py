@@ -223,6 +223,9 @@ class FakeLLM:
     embedding_hold: asyncio.Event | None = None
     # As Ollama serves a model without tool calling: any request offering tools gets a 400.
     tools_unsupported: bool = False
+    # As mockllm serves: tools (even a forced `tool_choice`) are accepted and ignored; an
+    # unscripted request offering them gets the plain text answer it would get without them.
+    ignores_tools: bool = False
     # As OpenAI answers for a model without vision: any request with an image part gets a 400.
     vision_unsupported: bool = False
     # As a server without streaming answers: any request with `stream: true` gets a 400.
@@ -315,11 +318,11 @@ class FakeLLM:
             if step is None:
                 if self.default is not None:
                     reply = self.default(body)
-                elif is_consolidation(body):
+                elif is_consolidation(body) and not self.ignores_tools:
                     reply = consolidation_reply(body)
                 elif is_text_consolidation(body):
                     reply = text_consolidation_reply(body)
-                elif is_compaction(body):
+                elif is_compaction(body) and not self.ignores_tools:
                     reply = compaction_reply(body)
                 else:
                     reply = text(f"echo: {last_user_text(body)}")
