@@ -12,9 +12,8 @@ from channels.telegram.channel import TelegramChannel
 from channels.telegram.html import render_html
 from gateway.service.app import Runtime
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.fakes.telegram_api import Call, FakeTelegram, parse_html
+from tests.fakes.telegram_api import Call, FakeTelegram, make_channel, parse_html, running
 from tests.resilience.harness import until
-from tests.test_telegram import make_channel, running
 
 pytestmark = [
     # PTB 22 warns that RetryAfter.retry_after will become a timedelta (see test_telegram.py).
