@@ -8,6 +8,7 @@ import json
 import logging
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from tests.fakes.llm import (
 )
 
 
-def session_lines(runtime: Runtime, key: str = "test:42") -> list[dict]:
+def session_lines(runtime: Runtime, key: str = "test:42") -> list[dict[str, Any]]:
     path = runtime.sessions.path_for(key)
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 

@@ -6,8 +6,10 @@ import asyncio
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 from gateway.service.app import Runtime
 from memory.sessions.store import SessionStore
@@ -200,7 +202,7 @@ async def test_failure_counts_are_per_session(
 ) -> None:
     """Two failures in each of two sessions never add up to a [RAW] entry."""
 
-    def for_chat(chat: str):
+    def for_chat(chat: str) -> Callable[[dict[str, Any]], bool]:
         return lambda body: is_consolidation(body) and f"chat {chat} turn" in last_user_text(body)
 
     for chat in ("1", "2"):

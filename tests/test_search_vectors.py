@@ -12,7 +12,7 @@ import pytest
 
 from gateway.llm.provider import OpenAIEmbedder
 from memory.files import MemoryFiles
-from memory.search.searcher import MemorySearch
+from memory.search.searcher import Hit, MemorySearch
 from tests.conftest import RuntimeFactory, inbound
 from tests.corpus import CAR, write_corpus
 from tests.fakes.llm import FakeLLM, error, text, tool_call, tool_results
@@ -52,7 +52,7 @@ async def open_search(workspace: Path, fake_llm: FakeLLM) -> AsyncIterator[Searc
             await client.close()
 
 
-def places(hits: list) -> list[tuple[str, int]]:
+def places(hits: list[Hit]) -> list[tuple[str, int]]:
     return [(hit.path, hit.line) for hit in hits]
 
 

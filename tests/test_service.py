@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -83,14 +84,15 @@ async def get(url: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-async def wait_healthy(url: str, process: asyncio.subprocess.Process) -> dict:
+async def wait_healthy(url: str, process: asyncio.subprocess.Process) -> dict[str, Any]:
     async with asyncio.timeout(30):
         while True:
             assert process.returncode is None, "memgate run exited early"
             try:
                 status, body = await get(url)
                 if status == 200:
-                    return json.loads(body)
+                    document: dict[str, Any] = json.loads(body)
+                    return document
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.2)

@@ -23,7 +23,7 @@ from tests.fakes.llm import FakeLLM
 class CharCounter:
     """Counts a message as its characters, to make budgets easy to reason about."""
 
-    def count_message(self, message: dict) -> int:
+    def count_message(self, message: dict[str, Any]) -> int:
         return len(message.get("content") or "") + 1
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.typedefs import Handler
 
 from channels.discord.channel import DiscordChannel
 from gateway.bus import InboundMessage, OutboundMessage
@@ -263,7 +264,7 @@ class FakeDiscord:
     _scripted: dict[tuple[str, str], list[Callable[[], web.Response]]] = field(default_factory=dict)
     _files: dict[str, bytes] = field(default_factory=dict)
     _session_id: str | None = None
-    _sessions: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _sessions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _events: list[Json] = field(default_factory=list)  # this session's dispatches, for replay
     _seq: int = 0
     _ws: web.WebSocketResponse | None = None  # the identified or resumed socket, if any
@@ -363,11 +364,12 @@ class FakeDiscord:
 
     # -- REST --------------------------------------------------------------------------------------
     @web.middleware
-    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _record(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not request.path.startswith(API_PREFIX):
             return await handler(request)
         path = request.path.removeprefix(API_PREFIX)
         body = await request.json() if request.can_read_body else None
+        response: web.StreamResponse
         if request.headers.get("Authorization") != f"Bot {self.token}":
             response = _json({"message": "401: Unauthorized", "code": 0}, status=401)
         elif scripted := self._scripted.get((request.method, path)):

@@ -236,7 +236,7 @@ class FakeLLM:
     streams: list[tuple[float, float]] = field(default_factory=list)  # (start, end), monotonic
     transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
     transcripts: list[Reply] = field(default_factory=list)  # text(...) or error(...), in order
-    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
 
     # -- scripting ---------------------------------------------------------------------------------

@@ -155,8 +155,8 @@ class FakeTelegram:
     on_call: Callable[[Call], None] | None = None  # a test's look at the world as each call arrives
     # The bot's messages as they stand now, per chat: message_id -> {"plain", "html", ...}.
     chats: dict[int, dict[int, Json]] = field(default_factory=dict)
-    _update_ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
-    _message_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _update_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+    _message_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     # -- scripting ---------------------------------------------------------------------------------

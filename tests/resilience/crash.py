@@ -200,10 +200,12 @@ async def crash_run(
         for chat in range(FIRST_CHAT, FIRST_CHAT + chats):
             finals.append(f"c{chat}-final")
             telegram.message(finals[-1], chat_id=chat, user_id=chat)
-        delivered = lambda: {p.get("plain") for p in telegram.sent()}  # noqa: E731
-        await until(
-            lambda: all(f"echo: {f}" in delivered() for f in finals), 90, "the final answers"
-        )
+
+        def all_answered() -> bool:
+            delivered = {p.get("plain") for p in telegram.sent()}
+            return all(f"echo: {final}" in delivered for final in finals)
+
+        await until(all_answered, 90, "the final answers")
         status = await gateway.stop()
         if status != 0:
             report.problems.append(f"the final SIGTERM exited {status}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from tests.resilience.conftest import GatewayFactory
 from tests.resilience.harness import Gateway, read_sessions, until
 
 
-def discord_settings(fake: FakeDiscord, gateway_root: Any) -> dict[str, Any]:
+def discord_settings(fake: FakeDiscord, gateway_root: Path) -> dict[str, Any]:
     return {
         "state_dir": str(gateway_root / "state"),
         "channels": {
@@ -57,7 +58,11 @@ async def answered(fake: FakeDiscord, content: str) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 async def test_a_queued_message_is_answered_once_after_a_restart(
-    how: str, make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path
+    how: str,
+    make_gateway: GatewayFactory,
+    fake_llm: FakeLLM,
+    fake_discord: FakeDiscord,
+    tmp_path: Path,
 ) -> None:
     """A message waiting behind a slow turn is journaled on arrival and answered once after restart."""
     gateway = make_gateway(discord_settings(fake_discord, tmp_path))
@@ -97,7 +102,7 @@ async def test_a_queued_message_is_answered_once_after_a_restart(
 
 @pytest.mark.timeout(120)
 async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_after_a_kill(
-    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Any
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
 ) -> None:
     """SIGKILLed with one answer stored but not taken by Discord, the answer arrives once after the
     restart; SIGKILLed after a tool's result is stored, the turn is answered without running the
@@ -115,7 +120,10 @@ async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_afte
 
     (gateway.workspace / "runs.md").write_text("runs:")
     edit = {"path": "runs.md", "old_text": "runs:", "new_text": "runs: ran"}
-    asked = lambda body: last_user_text(body) == "count a run"  # noqa: E731
+
+    def asked(body: dict[str, Any]) -> bool:
+        return last_user_text(body) == "count a run"
+
     fake_llm.push(tool_call("edit_file", edit), match=asked)
     release = asyncio.Event()
     fake_llm.push(text("lost with the process"), hold=release, match=asked)
@@ -135,7 +143,7 @@ async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_afte
 
 @pytest.mark.timeout(120)
 async def test_on_discord_an_answer_made_but_unconfirmed_before_a_kill_is_not_posted_twice(
-    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Any
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
 ) -> None:
     """Discord made the answer but its reply was lost to a SIGKILL: after the restart the answer is
     sent again with the same nonce, and Discord, deduplicating by it, keeps one message."""
