@@ -201,3 +201,38 @@ def test_channels_take_only_the_channel_models_from_the_config() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "gateway.config.models":
                 names = {alias.name for alias in node.names}
                 assert names <= {"TelegramConfig", "DiscordConfig"}, f"{path}: {names}"
+
+
+# -- the tests themselves ------------------------------------------------------------------------
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (tests/**/test_*.py) that the module at `path` imports, by dotted name."""
+    package = module_name(path).split(".")[:-1]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module or "").split(".")]).strip(".")
+            named.update(f"{module}.{alias.name}" for alias in node.names)
+    found = set()
+    for name in named:
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            if (
+                parts[end - 1].startswith("test_")
+                and ROOT.joinpath(*parts[:end]).with_suffix(".py").is_file()
+            ):
+                found.add(".".join(parts[:end]))
+    return sorted(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    """No module of tests/ imports a test module; shared code is in conftest, fakes/ or a helper."""
+    importing = {
+        module_name(path): imported_test_modules(path)
+        for path in sorted(ROOT.glob("tests/**/*.py"))
+    }
+    assert {module: found for module, found in importing.items() if found} == {}
