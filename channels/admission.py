@@ -3,7 +3,7 @@
 `decide` is pure: plain values in (the access rules, who sent what where), a `Decision` out. It
 judges in one fixed order: the policy (DMs or groups at all), the allow-list (owner, guest through
 `"*"` or pairing, or stranger), whether the message is addressed to the bot, and last `Gate` logs
-the decision. Imports only `channels.base` of ours; no SDK.
+the decision. Imports only `channels.errors` of ours; no SDK.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from channels.base import ChannelConfigError
+from channels.errors import AccessError as AccessError  # importable from here too
 
 log = logging.getLogger(__name__)
 
 DM_POLICIES = ("pairing", "allowlist", "open", "disabled")
 GROUP_POLICIES = ("mention", "open", "off")
 DMS_DISABLED = "dms disabled"  # the reason of a DM dropped by dm_policy: disabled
-
-
-class AccessError(ChannelConfigError, ValueError):
-    """An access setting the channel cannot serve (an unknown policy, `open` without `"*"`)."""
 
 
 class AccessSettings(Protocol):

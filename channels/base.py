@@ -1,7 +1,7 @@
-"""What every channel shares: the `Channel` protocol, its error, its commands and the one parser
-of a command's text (the agent's as well), reply splitting.
+"""What every channel shares: the `Channel` protocol, its commands and the one parser of a
+command's text (the agent's as well), reply splitting.
 
-Imports only `gateway.bus` of ours.
+Imports `gateway.bus` and `channels.errors` of ours.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from channels.errors import ChannelConfigError as ChannelConfigError  # the CLI imports it here
 from gateway.bus import Handler, OutboundMessage
-
-
-class ChannelConfigError(Exception):
-    """The platform refuses this configuration (bad token, missing intent); retrying won't help."""
 
 
 class Channel(Protocol):

@@ -5,7 +5,8 @@ codes and checks approvals on every message) and by `memgate pairing` (which app
 revokes).
 Every change is a read-modify-write under an exclusive lock on `pairing.lock`, so two processes
 never lose each other's change; readers notice a new file by its inode and mtime, so a change takes
-effect on the next message without a restart. Imports only `memory.fileio` of ours.
+effect on the next message without a restart. Imports `memory.fileio` and `channels.errors` of
+ours.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from channels.errors import PairingError as PairingError  # the command line imports it here
 from memory.fileio import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -37,10 +39,6 @@ CODE_TTL = 3600.0  # seconds a code stays valid
 # expired). The cap bounds what strangers can make the service write and the owner read.
 MAX_PENDING = 3
 REPLY_EVERY = 600.0  # seconds between two replies to the same stranger
-
-
-class PairingError(Exception):
-    """A pairing request that cannot be carried out; the message is for the person who asked."""
 
 
 @dataclass(frozen=True)

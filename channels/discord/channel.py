@@ -22,7 +22,6 @@ from channels.base import parse_command, split_message
 from channels.discord.connect import (
     NETWORK_ERRORS,
     Client,
-    DiscordChannelError,
     discord,
     intents,
     point_library_at,
@@ -36,6 +35,7 @@ from channels.discord.messages import (
     keep_typing,
     mentions,
 )
+from channels.errors import DiscordChannelError
 from channels.inbox import Inbox, Json, Send, settle
 from channels.live import LiveReply, Pacer
 from channels.media_names import safe_name

@@ -1,7 +1,7 @@
 """Reaching Discord: discord.py aimed at the configured endpoints, its client with the events
-forwarded, the intents memgate needs, the doctor's probe, and the error for a refused bot.
+forwarded, the intents memgate needs, and the doctor's probe.
 
-Part of the Discord adapter, so it may import `discord`; of ours only `channels.base`.
+Part of the Discord adapter, so it may import `discord`; of ours only `channels.errors`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Protocol
 import aiohttp  # discord.py's own transport; imported for its exception types only
 import yarl
 
-from channels.base import ChannelConfigError
+from channels.errors import DiscordChannelError as DiscordChannelError  # importable from here too
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib `audioop` for voice, which memgate never uses; Python 3.11 and
@@ -30,10 +30,6 @@ discord.VoiceClient.warn_dave = False
 _DISCORD_GATEWAY = DiscordWebSocket.DEFAULT_GATEWAY  # captured before anyone points it elsewhere
 # What a failed request, download or send raises: the SDK's errors and its transport's.
 NETWORK_ERRORS = (discord.DiscordException, OSError, aiohttp.ClientError, TimeoutError)
-
-
-class DiscordChannelError(ChannelConfigError):
-    """Discord refuses to serve this bot (bad token, intent not enabled); retrying will not help."""
 
 
 class GatewayEvents(Protocol):

@@ -27,10 +27,10 @@ from telegram.request import HTTPXRequest
 
 from channels.admission import Decision, Gate, Verdict
 from channels.base import ChatCommands, parse_command
+from channels.errors import TelegramConfigError
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
 from channels.telegram.connect import (
-    TelegramConfigError,
     close_logged,
     file_url,
     log_polling_error,

@@ -1,8 +1,8 @@
-"""Reaching the Bot API: its file URL, start-up steps retried while Telegram is unreachable, the
-command menu, shutdown steps that must not fail the stop, polling errors, the doctor's probe, and
-the error for a setting Telegram refuses.
+"""Reaching the Bot API: its file URL, start-up steps retried while Telegram is unreachable (a
+refused token raised as `TelegramConfigError`), the command menu, shutdown steps that
+must not fail the stop, polling errors, and the doctor's probe.
 
-Part of the Telegram adapter, so it may import `telegram`; of ours only `channels.base`.
+Part of the Telegram adapter, so it may import `telegram`; of ours only `channels.errors`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ from typing import Any
 from telegram import Bot, BotCommand
 from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError
 
-from channels.base import ChannelConfigError
+from channels.errors import ChannelConfigError
+from channels.errors import TelegramConfigError as TelegramConfigError  # importable from here too
 
 log = logging.getLogger(__name__)
 
 _PROBE_TIMEOUT = 15.0  # seconds for `memgate doctor`'s whole check
-
-
-class TelegramConfigError(ChannelConfigError, ValueError):
-    """A setting Telegram or this install cannot serve: a refused token, a bad value, no webhooks."""
 
 
 async def retrying(what: str, action: Callable[[], Awaitable[Any]]) -> None:
