@@ -69,6 +69,7 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     # The transport under both the openai and the mcp SDK: their owners name its errors.
     "httpx2": ("gateway/tools/mcp.py", "gateway/llm/provider.py"),
     "jsonschema": "gateway/tools/mcp.py",
+    "ruamel": "gateway/config/file.py",
 }
 
 

@@ -120,7 +120,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     print(f"Updating the llm section of {path}. Press Enter to keep a value.\n")
     base_url, api_key, model = ask_llm(current.llm.base_url, current.llm.api_key, current.llm.model)
     update_llm_section(path, base_url, api_key, model)
-    print(f"\nWrote {path}; every other key is as it was.")
+    print(f"\nWrote {path}; every other key and every comment is as it was.")
     return 0
 
 

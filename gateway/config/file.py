@@ -8,6 +8,7 @@ settings themselves are the models in gateway/config/models.py.
 from __future__ import annotations
 
 import getpass
+import io
 import os
 import re
 from pathlib import Path
@@ -268,25 +269,84 @@ def write_private(path: Path, text: str) -> None:
 
 def update_llm_section(path: Path, base_url: str, api_key: str | None, model: str) -> None:
     """Set llm.base_url, llm.api_key (unless None) and llm.model in an existing config, keeping
-    every other key.
+    every other key, every comment, the order and the indentation.
 
-    The file is parsed and written back, so its comments are not kept; the values are.
+    The file is round-tripped through ruamel.yaml (comments kept), then read back as
+    `load_config` reads it: unless it means what it meant with only those keys changed, nothing
+    is written.
     """
+    # Only setup writes the file: every other command is spared ruamel's import.
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    text = path.read_text(encoding="utf-8")
+    editor = YAML()  # round-trip: comments, order, quoting and flow style kept
+    editor.preserve_quotes = True
+    editor.width = 4096  # never fold a long value onto a second line
+    mapping, sequence, offset = _indents(text)
+    editor.indent(mapping=mapping, sequence=sequence, offset=offset)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+        before = yaml.safe_load(text) or {}
+        tree = editor.load(text)
+    except (yaml.YAMLError, YAMLError):
         raise ConfigError(
-            f"{path}: not valid YAML; fix it or move it away first", path=str(path)
+            f"{path}: not valid YAML (or a key appears twice); fix it or move it away first",
+            path=str(path),
         ) from None
-    if not isinstance(raw, dict):
+    if tree is None:
+        tree = CommentedMap()
+    if not isinstance(tree, dict) or not isinstance(before, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
-    llm = raw.get("llm")
-    section = {**(llm if isinstance(llm, dict) else {}), "base_url": base_url, "model": model}
+    if not isinstance(tree.get("llm"), dict):
+        tree["llm"] = CommentedMap()
+    values = {"base_url": base_url, "model": model}
     if api_key is not None:
-        section["api_key"] = api_key
-    raw["llm"] = section
-    header = "# memgate configuration; every key is described in docs/configuration.md.\n"
-    write_private(path, header + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+        values["api_key"] = api_key
+    for key, value in values.items():
+        # Quoted unless a YAML 1.1 reader takes the bare text for this very string.
+        tree["llm"][key] = value if _plain_is_same(value) else DoubleQuotedScalarString(value)
+    out = io.StringIO()
+    editor.dump(tree, out)
+    llm = before.get("llm")
+    expected = {**before, "llm": {**(llm if isinstance(llm, dict) else {}), **values}}
+    if yaml.safe_load(out.getvalue()) != expected:
+        raise ConfigError(
+            f"{path}: could not rewrite the llm section without changing other keys; "
+            "edit llm.base_url, llm.api_key and llm.model by hand",
+            path=str(path),
+            key="llm",
+        )
+    write_private(path, out.getvalue())
+
+
+def _plain_is_same(value: str) -> bool:
+    try:
+        return bool(yaml.safe_load(value) == value)
+    except yaml.YAMLError:
+        return False
+
+
+def _indents(text: str) -> tuple[int, int, int]:
+    """The file's (mapping, sequence, offset) indentation as ruamel names them: from its first
+    nested key and its first block-sequence item; ruamel's 2, 2, 0 where it has none."""
+    mapping = sequence = offset = None
+    opener = None  # the indentation of the last `key:` line that opens a block
+    for line in text.splitlines():
+        body = line.lstrip(" ").split(" #", 1)[0].rstrip()
+        if not body or body.startswith("#"):
+            continue
+        column = len(line) - len(line.lstrip(" "))
+        if opener is not None and body.startswith("- ") and column >= opener and sequence is None:
+            after = body[1:]
+            offset = column - opener
+            sequence = offset + 1 + len(after) - len(after.lstrip(" "))
+        elif opener is not None and column > opener and mapping is None:
+            mapping = column - opener
+        opener = column if body.endswith(":") and not body.startswith("- ") else None
+    offset = offset or 0
+    return mapping or 2, max(sequence or 2, offset + 2), offset
 
 
 def render_config(
