@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     def add_loaded(
         name: str, func: Callable[[Config, argparse.Namespace], int], help: str
     ) -> argparse.ArgumentParser:
-        return add(name, lambda args: func(load(args), args), help)
+        # memory, jobs and pairing work on files: a channel's token may be unset in this shell.
+        return add(name, lambda args: func(load(args, runs_channels=False), args), help)
 
     add("init", cmd_init, "write the config and workspace templates (never overwrites)")
     add("setup", cmd_setup, "ask for the LLM endpoint, test it, and write it into the config")

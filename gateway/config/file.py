@@ -106,8 +106,9 @@ def parse_config(
     """Validate an already-parsed YAML mapping; errors name `path`, the key and the value.
 
     `secret_stand_in` replaces secrets whose variable is unset, for commands that never use them.
-    Without `runs_channels` (`chat`, `status`: commands that connect to no platform), an enabled
-    channel may lack its token: a shell without the service's environment can still use them."""
+    Without `runs_channels` (`chat`, `status`, `memory`, `jobs`, `pairing`: commands that connect
+    to no platform), an enabled channel may lack its token: a shell without the service's
+    environment can still use them."""
     missing: dict[str, str] = {}
     raw = {"state_dir": str(default_state_dir()), **raw}
     env = dict(os.environ) if env is None else env
