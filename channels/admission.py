@@ -106,7 +106,7 @@ class Request:
 
     sender_id: str
     username: str | None = None
-    name: str = ""  # for the log line only
+    name: str = ""  # what they call themselves: the log line, a stranger's pairing code
     is_group: bool = False
     addressed: bool = False
     approved: bool = False

@@ -394,7 +394,7 @@ def pair_command(
             lines = [f"{p.code}  {p.name or '?'} (id {p.sender_id})" for p in waiting]
             return "Waiting for approval (send /pair CODE):\n" + "\n".join(lines)
         approved = store.approve(argument, f"{channel}:{sender_id}", channel=channel)
-    except PairingError as exc:
+    except (PairingError, OSError) as exc:  # OSError: the state folder refuses the write
         return f"Not approved: {exc}."
     who = approved.name or approved.sender_id
     return f"Approved {who} (id {approved.sender_id}): their next message will be answered."

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from channels.admission import (
     AccessError,
     AllowList,
+    Decision,
     Gate,
     Request,
     Rules,
     Verdict,
     decide,
 )
+from channels.base import Command
+from channels.pairing import PairingStore
+from channels.reception import Reception
+from gateway.config.models import TelegramConfig
 
 
 def rules(
@@ -158,3 +164,45 @@ def test_gate_asks_the_pairing_store_for_dms_only() -> None:
     assert gate.judge(Request("8")).verdict is Verdict.PAIR
     assert gate.judge(Request("7", is_group=True)).verdict is Verdict.REFUSE
     assert asked == [("telegram", "7"), ("telegram", "8")]
+
+
+def pairing_reception(store: PairingStore) -> Reception:
+    """Owner 42, pairing for strangers, groups by mention."""
+    return Reception("telegram", TelegramConfig(allow_from=["42"], dm_policy="pairing"), store)
+
+
+async def test_reception_gives_a_stranger_one_code_and_lets_an_owner_pair(tmp_path: Path) -> None:
+    """A stranger's DMs get one code; an owner's /PAIR in a DM approves it; in a group, a turn."""
+    store = PairingStore(tmp_path)
+    reception = pairing_reception(store)
+    stranger = Request("666", name="Mallory")
+    first = reception.step(stranger, reception.judge(stranger), "hi")
+    again = reception.step(stranger, reception.judge(stranger), "hello?")
+    [pending] = store.pending("telegram")
+    assert first.reply is not None and pending.code in first.reply and pending.name == "Mallory"
+    assert (again.reply, again.pair, again.turn) == (None, False, False)
+    owner = Request("42")
+    decision = reception.judge(owner)
+    step = reception.step(owner, decision, f"/PAIR {pending.code}")
+    assert step.pair and not step.turn
+    assert "Approved Mallory" in await reception.answer_pair(
+        owner, decision, f"/pair {pending.code}"
+    )
+    assert reception.judge(stranger).verdict is Verdict.ADMIT
+    group = Request("42", is_group=True, addressed=True)
+    in_group = reception.step(group, reception.judge(group), "/pair")
+    assert in_group.turn and in_group.command == Command("pair", "")
+
+
+def test_a_pairing_store_the_disk_refuses_costs_only_the_strangers_reply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state folder unusable (an OSError): the stranger gets no reply, one error line says
+    why, and nothing is raised into the channel."""
+    (tmp_path / "file").write_text("")
+    reception = pairing_reception(PairingStore(tmp_path / "file" / "state"))
+    stranger = Decision(Verdict.PAIR, owner=False, reason="stranger, pairing")
+    step = reception.step(Request("666"), stranger, "hi")
+    assert (step.reply, step.pair, step.turn) == (None, False, False)
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "pairing failed channel=telegram sender_id=666" in error.getMessage()

@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp  # discord.py's own transport; imported for its exception types only
 
-from channels.admission import Gate, Request, Verdict
-from channels.base import parse_command, split_message
+from channels.admission import Decision, Request
+from channels.base import split_message
 from channels.discord.connect import (
     NETWORK_ERRORS,
     Client,
@@ -39,7 +39,8 @@ from channels.errors import DiscordChannelError
 from channels.inbox import Inbox, Json, Send, settle
 from channels.live import LiveReply, Pacer
 from channels.media_names import safe_name
-from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
+from channels.pairing import PairingStore
+from channels.reception import Reception
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from gateway.config.models import DiscordConfig
 from memory.fileio import atomic_write
@@ -79,9 +80,7 @@ class DiscordChannel:
         self._streaming = settings.streaming == "on"
         self._pacer = Pacer()  # live replies: one call a second per channel
         self._token = settings.token.strip()
-        self._pairing = pairing
-        approvals = pairing.is_approved if pairing is not None else None
-        self._gate = Gate.from_settings(self.name, settings, approvals)
+        self._reception = Reception(self.name, settings, pairing)
         self._api_base = settings.api_base.rstrip("/")
         self._gateway_url = settings.gateway_url
         self._workspace = Path(workspace)
@@ -97,7 +96,7 @@ class DiscordChannel:
         self._inbox: Inbox | None = None
 
     def __repr__(self) -> str:  # the default would be harmless too, but never risk the token
-        policy = self._gate.rules.group_policy
+        policy = self._reception.gate.rules.group_policy
         return f"<DiscordChannel group_policy={policy} connected={self.connected}>"
 
     @property
@@ -112,7 +111,7 @@ class DiscordChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        self._gate.set_rules(allow_from, dm_policy, group_policy)
+        self._reception.set_access(allow_from, dm_policy, group_policy)
 
     async def run(self) -> None:
         """Log in and serve the gateway until cancelled; reconnects and resumes are discord.py's.
@@ -229,31 +228,25 @@ class DiscordChannel:
         ):
             return
         mentioned = mentions(message, me.id)
-        sender_id = str(author.id)
-        is_group = message.guild is not None
-        # Ids only: Discord usernames can be given up and claimed by someone else.
-        decision = self._gate.judge(
-            Request(
-                sender_id,
-                name=author.name,
-                is_group=is_group,
-                addressed=mentioned,
-            )
+        # Ids only (no username): Discord usernames can be given up and claimed by someone else.
+        request = Request(
+            str(author.id),
+            name=author.display_name,
+            is_group=message.guild is not None,
+            addressed=mentioned,
         )
-        if decision.verdict is Verdict.PAIR:
-            self._answer_stranger(message)
-        if decision.verdict is not Verdict.ADMIT:
-            return
+        decision = self._reception.judge(request)
         text = clean_content(message, me.id)
-        if not text and not message.attachments:
-            return  # e.g. a bare mention of the bot
-        command = parse_command(text)  # read as the agent reads its own
-        in_dm_with_pairing = not is_group and self._pairing is not None
-        if in_dm_with_pairing and command is not None and command.name == "pair":
+        step = self._reception.step(request, decision, text)
+        if step.reply is not None:
+            reply = OutboundMessage(self.name, str(message.channel.id), step.reply)
+            self._track(self._send_quietly(reply), f"discord pairing {message.id}")
+        if step.pair:
             self._track(
-                self._answer_pair(message, decision.owner, text), f"discord pair {message.id}"
+                self._answer_pair(message, request, decision, text), f"discord pair {message.id}"
             )
-            return
+        if not step.turn or (not text and not message.attachments):
+            return  # not for the agent, or nothing in it (a bare mention of the bot)
         if self._inbox is not None:
             self._inbox.append(inbox_record(message, text, mentioned))
         # Each message in its own task, so `/stop` can arrive while a turn is running.
@@ -264,31 +257,14 @@ class DiscordChannel:
         self._inflight.add(task)
         task.add_done_callback(self._forget)
 
-    def _answer_stranger(self, message: discord.Message) -> None:
-        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
-
-        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
-        the file is written only when a reply is due (a few times an hour at most)."""
-        assert self._pairing is not None
-        author = message.author
-        try:
-            answer = self._pairing.request(self.name, str(author.id), author.display_name)
-        except PairingError as exc:
-            log.error("discord pairing failed sender_id=%s: %s", author.id, exc)
-            return
-        if answer.reply and answer.code:
-            reply = OutboundMessage(self.name, str(message.channel.id), stranger_reply(answer.code))
-            self._track(self._send_quietly(reply), f"discord pairing {message.id}")
-
     async def _send_quietly(self, reply: OutboundMessage) -> None:
         """A reply nobody waits on (its failure is logged by send)."""
         await self.send(reply)
 
-    async def _answer_pair(self, message: discord.Message, owner: bool, text: str) -> None:
-        assert self._pairing is not None
-        sender_id = str(message.author.id)
-        store = self._pairing
-        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+    async def _answer_pair(
+        self, message: discord.Message, request: Request, decision: Decision, text: str
+    ) -> None:
+        reply = await self._reception.answer_pair(request, decision, text)
         await self.send(OutboundMessage(self.name, str(message.channel.id), reply))
 
     def _forget(self, task: asyncio.Task[None]) -> None:
@@ -342,7 +318,7 @@ class DiscordChannel:
             sender_name=message.author.display_name,
             media=media,
             is_group=message.guild is not None,
-            sender_is_owner=self._gate.is_owner(str(message.author.id)),
+            sender_is_owner=self._reception.is_owner(str(message.author.id)),
             mentioned=mentioned,
             message_id=str(message.id),
         )

@@ -25,11 +25,12 @@ from telegram import Bot, Message, Update
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-from channels.admission import Decision, Gate, Verdict
-from channels.base import ChatCommands, parse_command
+from channels.admission import Decision, Request, Verdict
+from channels.base import ChatCommands
 from channels.errors import TelegramConfigError
 from channels.inbox import Inbox, Json, settle
-from channels.pairing import PairingError, PairingStore, pair_command, stranger_reply
+from channels.pairing import PairingStore
+from channels.reception import Reception
 from channels.telegram.connect import (
     close_logged,
     file_url,
@@ -50,7 +51,9 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
 ALLOWED_UPDATES = (Update.MESSAGE,)
 UNSUPPORTED = "I can only read text, photos, voice messages and files."
-Judged = tuple[Decision, Addressing] | None  # None: not a person's message (a channel post)
+# Admission's request and decision, and how the message addresses the bot; None: not a person's
+# message (a channel post).
+Judged = tuple[Request, Decision, Addressing] | None
 
 
 class TelegramChannel:
@@ -82,10 +85,8 @@ class TelegramChannel:
         self._handler = handler
         self._settings = settings
         self._token = token
-        self._pairing = pairing
         self._commands = commands or ChatCommands()
-        approvals = pairing.is_approved if pairing is not None else None
-        self._gate = Gate.from_settings(self.name, settings, approvals)
+        self._reception = Reception(self.name, settings, pairing)
         self._base_file_url = settings.base_file_url or file_url(settings.base_url)
         self._workspace = Path(workspace)
         self._state_dir = Path(state_dir)
@@ -106,7 +107,7 @@ class TelegramChannel:
 
     def set_access(self, *, allow_from: Iterable[str], dm_policy: str, group_policy: str) -> None:
         """Replace who may talk to the bot; the next message is judged by the new settings."""
-        self._gate.set_rules(allow_from, dm_policy, group_policy)
+        self._reception.set_access(allow_from, dm_policy, group_policy)
 
     @property
     def connected(self) -> bool:
@@ -228,13 +229,13 @@ class TelegramChannel:
             log.exception("telegram could not judge update update_id=%s", item.update_id)
             judged = None
         self._judged[item.update_id] = judged
-        if judged is not None and judged[0].verdict is Verdict.ADMIT:
+        if judged is not None and judged[1].verdict is Verdict.ADMIT:
             inbox.append(item.to_dict())
         return True
 
     def _judge(self, message: Message) -> Judged:
         read = admission_request(message, self._bot_id, self._bot_username)
-        return None if read is None else (self._gate.judge(read[0]), read[1])
+        return None if read is None else (read[0], self._reception.judge(read[0]), read[1])
 
     async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
         self._cursor.record(update.update_id, update_date(update))
@@ -284,26 +285,24 @@ class TelegramChannel:
         update in the inbox itself."""
         known = update_id in self._judged
         judged = self._judged.pop(update_id) if known else self._judge(message)
-        if judged is None or message.from_user is None:
+        if judged is None:
             return False
-        decision, addressing = judged
-        user, is_group = message.from_user, message.chat.type in GROUPS
-        sender_id, addressed, text = str(user.id), addressing.addressed, addressing.text
+        request, decision, addressing = judged
+        addressed, text = addressing.addressed, addressing.text
         thread = message.message_thread_id if message.is_topic_message else None
         target = Target(message.chat.id, thread)
-        if decision.verdict is Verdict.PAIR:
-            self._answer_stranger(target, sender_id, user.full_name)
-        if decision.verdict is not Verdict.ADMIT:
+        step = self._reception.step(request, decision, text)
+        if step.reply is not None:
+            self._spawn(self.send(self._outbound(target, step.reply)))
+        if step.pair:
+            self._spawn(self._answer_pair(target, request, decision, text))
+        if not step.turn:
             return False
-        command = parse_command(text)
-        name = command.name if command is not None else ""  # read as the agent reads its own
-        if name == "pair" and not is_group and self._pairing is not None:
-            self._spawn(self._answer_pair(target, sender_id, decision.owner, text))
-            return False
+        name = step.command.name if step.command is not None else ""
         if not text and next(attachments(message), None) is None:
             # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
             # messages (a member joined, a pin) have no attachment and get nothing.
-            if message.effective_attachment is not None and (addressed or not is_group):
+            if message.effective_attachment is not None and (addressed or not request.is_group):
                 self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
             return False
         if name == "start" and self._commands.greeting:
@@ -314,24 +313,10 @@ class TelegramChannel:
         self._spawn(self._intake(message, text, addressed, target, previous, done, update_id))
         return True
 
-    def _answer_stranger(self, target: Target, sender_id: str, name: str) -> None:
-        """Give a stranger their pairing code, at most once per REPLY_EVERY; nothing is kept.
-
-        Decided here, in arrival order, so a burst of DMs gets one reply, not one per message;
-        the file is written only when a reply is due (a few times an hour at most)."""
-        assert self._pairing is not None
-        try:
-            answer = self._pairing.request(self.name, sender_id, name)
-        except PairingError as exc:
-            log.error("telegram pairing failed sender_id=%s: %s", sender_id, exc)
-            return
-        if answer.reply and answer.code:
-            self._spawn(self.send(self._outbound(target, stranger_reply(answer.code))))
-
-    async def _answer_pair(self, target: Target, sender_id: str, owner: bool, text: str) -> None:
-        assert self._pairing is not None
-        store = self._pairing
-        reply = await asyncio.to_thread(pair_command, store, self.name, sender_id, owner, text)
+    async def _answer_pair(
+        self, target: Target, request: Request, decision: Decision, text: str
+    ) -> None:
+        reply = await self._reception.answer_pair(request, decision, text)
         await self.send(self._outbound(target, reply))
 
     async def _intake(
@@ -396,7 +381,7 @@ class TelegramChannel:
             sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
             media=tuple(media),
             is_group=message.chat.type in GROUPS,
-            sender_is_owner=self._gate.is_owner(str(user.id), user.username),
+            sender_is_owner=self._reception.is_owner(str(user.id), user.username),
             sender_username=user.username,  # a job records it: allow_from may list @names
             mentioned=addressed,
             message_id=str(message.message_id),

@@ -73,6 +73,7 @@ def admission_request(
     request = Request(
         str(user.id),
         username=user.username,
+        name=user.full_name,
         is_group=message.chat.type in GROUPS,
         addressed=addressing.addressed,
         for_another_bot=addressing.for_another_bot,
