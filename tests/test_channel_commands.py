@@ -10,8 +10,9 @@ from channels.pairing import PairingStore
 from gateway.agent.commands import greeting
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, FakeDiscord, Recorder, serving
-from tests.fakes.telegram_api import FakeTelegram, make_channel, running
-from tests.fakes.telegram_api import Recorder as TelegramRecorder
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import Recorder as TelegramRecorder
+from tests.fakes.telegram_harness import make_channel, running
 
 GROUP = -100
 

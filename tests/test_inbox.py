@@ -10,10 +10,10 @@ import pytest
 
 import channels.inbox
 from channels.inbox import Inbox
-from channels.telegram.channel import TelegramChannel
 from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
-from tests.fakes.telegram_api import WAIT, FakeTelegram, make_channel, running
+from tests.fakes.telegram_api import WAIT, FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 
 
 def update(update_id: int, text: str = "hi") -> dict[str, object]:
@@ -177,18 +177,12 @@ async def test_a_command_is_done_in_the_journal_before_its_reply_is_out(
 ) -> None:
     """/new's reply held by Telegram: its entry is already done, so a stop then (or a kill) does
     not run the command again at the next start; only the next message is answered."""
-    workspace = runtime.config.workspace
-
-    def channel() -> TelegramChannel:
-        handle = runtime.agent.handle
-        return make_channel(fake_telegram, workspace.parent, handle, workspace=workspace)
-
-    async with running(channel()):
+    async with running(agent_channel(fake_telegram, runtime)):
         with fake_telegram.sends_unanswered() as arrived:
             update_id = fake_telegram.message("/new")
             await asyncio.wait_for(arrived.wait(), WAIT)
             assert update_id not in telegram_inbox_pending(runtime.config.state_dir)
-    async with running(channel()):
+    async with running(agent_channel(fake_telegram, runtime)):
         fake_telegram.message("hello again")
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(42)) == 1)
     assert [p["text"] for p in fake_telegram.sent(42)] == ["echo: hello again"]

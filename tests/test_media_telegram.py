@@ -18,7 +18,8 @@ from PIL import Image
 from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory
 from tests.fakes.llm import FakeLLM, error, image_parts, last_user_text
-from tests.fakes.telegram_api import FakeTelegram, make_channel, running
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 from tests.samples import jpeg, ogg_opus, pdf
 
 
@@ -27,10 +28,7 @@ async def chat(
     fake_telegram: FakeTelegram, tmp_path: Path, runtime: Runtime
 ) -> AsyncIterator[FakeTelegram]:
     """The Telegram channel running in front of the real agent (default settings)."""
-    channel = make_channel(
-        fake_telegram, tmp_path, runtime.agent.handle, workspace=runtime.config.workspace
-    )
-    async with running(channel):
+    async with running(agent_channel(fake_telegram, runtime)):
         yield fake_telegram
 
 
@@ -130,10 +128,7 @@ async def test_pdf_text_reaches_the_model_cut_to_the_cap(
     pages = [f"Page {n} says: " + " ".join(f"word{n}x{i}" for i in range(40)) for n in (1, 2, 3)]
     data = pdf(pages)
     async with make_runtime({"media": {"max_document_chars": 700}}) as runtime:
-        channel = make_channel(
-            fake_telegram, tmp_path, runtime.agent.handle, workspace=runtime.config.workspace
-        )
-        async with running(channel):
+        async with running(agent_channel(fake_telegram, runtime)):
             doc = fake_telegram.add_file(data, file_id="d", unique_id="D1", path="documents/f")
             fake_telegram.message(
                 None, caption="summarise", document={**doc, "file_name": "report.pdf"}

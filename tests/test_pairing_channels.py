@@ -26,7 +26,8 @@ from tests.fakes.discord_api import (
     serving,
 )
 from tests.fakes.llm import FakeLLM, last_user_text
-from tests.fakes.telegram_api import FakeTelegram, make_channel, running
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 
 CODE = re.compile(r"\b[A-HJ-NP-Z2-9]{8}\b")
 
@@ -41,14 +42,7 @@ async def test_telegram_stranger_gets_one_code_and_nothing_is_kept(
     """Three DMs from a stranger: one reply with a code, no LLM request, no session file."""
     store = PairingStore(runtime.config.state_dir)
     workspace = runtime.config.workspace
-    channel = make_channel(
-        fake_telegram,
-        tmp_path,
-        runtime.agent.handle,
-        workspace=workspace,
-        dm_policy="pairing",
-        pairing=store,
-    )
+    channel = agent_channel(fake_telegram, runtime, dm_policy="pairing", pairing=store)
     async with running(channel):
         for text in ("hello", "anyone there?", "please answer"):
             fake_telegram.message(text, user_id=666, chat_id=666, username="mallory")
@@ -72,14 +66,7 @@ async def test_telegram_pair_from_the_owner_lets_the_stranger_in(
     """/pair CODE in the owner's DM approves; the guest's own /pair approves nothing."""
     store = PairingStore(runtime.config.state_dir)
     workspace = runtime.config.workspace
-    channel = make_channel(
-        fake_telegram,
-        tmp_path,
-        runtime.agent.handle,
-        workspace=workspace,
-        dm_policy="pairing",
-        pairing=store,
-    )
+    channel = agent_channel(fake_telegram, runtime, dm_policy="pairing", pairing=store)
     sent = fake_telegram.sent
     async with running(channel):
         fake_telegram.message("hi", user_id=666, chat_id=666, username="mallory")
@@ -112,14 +99,7 @@ async def test_telegram_approved_sender_is_still_ignored_in_a_group(
     code = store.request("telegram", "666", "Mallory").code
     assert code
     store.approve(code, "cli")
-    channel = make_channel(
-        fake_telegram,
-        tmp_path,
-        runtime.agent.handle,
-        workspace=runtime.config.workspace,
-        dm_policy="pairing",
-        pairing=store,
-    )
+    channel = agent_channel(fake_telegram, runtime, dm_policy="pairing", pairing=store)
     async with running(channel):
         fake_telegram.message("hey bot", user_id=666, chat_id=-100, reply_to_bot=True)
         fake_telegram.message("in my DM", user_id=666, chat_id=666, username="mallory")
@@ -137,11 +117,9 @@ async def test_telegram_disabled_dms_answer_nobody(
     """dm_policy disabled: neither a stranger nor the owner is answered in a DM; the owner's
     DM is logged once, without its text."""
     caplog.set_level(logging.DEBUG)  # the text is in no line of ours, at any level
-    channel = make_channel(
+    channel = agent_channel(
         fake_telegram,
-        tmp_path,
-        runtime.agent.handle,
-        workspace=runtime.config.workspace,
+        runtime,
         dm_policy="disabled",
         pairing=PairingStore(runtime.config.state_dir),
         allow_from=["42"],

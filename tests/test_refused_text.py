@@ -13,7 +13,8 @@ from channels.pairing import PairingStore
 from gateway.service.app import Runtime
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, GENERAL, MALLORY, STRANGER_DM, FakeDiscord, serving
-from tests.fakes.telegram_api import FakeTelegram, make_channel, running
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 
 GROUP = -100
 
@@ -41,13 +42,8 @@ async def test_telegram_refused_messages_leave_no_text_on_disk(
     """A stranger's DM, their mention in a group and the owner's unaddressed group chatter are
     in no file of the state folder or the workspace; the owner's admitted DM is answered."""
     state, workspace = runtime.config.state_dir, runtime.config.workspace
-    channel = make_channel(
-        fake_telegram,
-        tmp_path,
-        runtime.agent.handle,
-        workspace=workspace,
-        dm_policy="pairing",
-        pairing=PairingStore(state),
+    channel = agent_channel(
+        fake_telegram, runtime, dm_policy="pairing", pairing=PairingStore(state)
     )
     refused = [unique("stranger-dm"), unique("stranger-group"), unique("unaddressed")]
     async with running(channel):

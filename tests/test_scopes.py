@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from channels.admission import AllowList
-from channels.telegram.channel import TelegramChannel
-from gateway.config.models import TelegramConfig
 from gateway.service.app import Runtime
 from gateway.tools.scope import (
     PathRefusedError,
@@ -37,7 +35,8 @@ from tests.fakes.discord_api import (
     serving,
 )
 from tests.fakes.llm import FakeLLM, parallel, text, tool_call
-from tests.fakes.telegram_api import TOKEN, FakeTelegram, running
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 
 MEMORY_SECRET = "owner-memory-secret-1f3a"
 USER_SECRET = "owner-user-md-secret-8c2d"
@@ -127,19 +126,7 @@ def assert_group_saw_nothing(requests: list[dict[str, Any]], calls: int) -> None
 @contextlib.asynccontextmanager
 async def telegram(runtime: Runtime, fake: FakeTelegram, **options: Any) -> AsyncIterator[None]:
     """The real Telegram channel in front of the runtime's agent, as `memgate run` wires it."""
-    options.setdefault("allow_from", ["42"])
-    options.setdefault("dm_policy", "allowlist")
-    settings = TelegramConfig(
-        token=TOKEN, base_url=fake.url, base_file_url=fake.file_url, **options
-    )
-    channel = TelegramChannel(
-        runtime.agent.handle,
-        settings,
-        workspace=runtime.config.workspace,
-        state_dir=runtime.config.state_dir,
-        shutdown_grace=1.0,
-    )
-    async with running(channel):
+    async with running(agent_channel(fake, runtime, **options)):
         yield
 
 

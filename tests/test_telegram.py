@@ -27,14 +27,8 @@ from gateway.logs import RedactingFilter
 from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, last_user_text, text
-from tests.fakes.telegram_api import (
-    BOT,
-    TOKEN,
-    FakeTelegram,
-    Recorder,
-    make_channel,
-    running,
-)
+from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram
+from tests.fakes.telegram_harness import Recorder, agent_channel, make_channel, running
 
 pytestmark = [
     # PTB 22 warns that RetryAfter.retry_after will become a timedelta when it builds one from
@@ -721,7 +715,7 @@ async def test_the_agent_answers_through_telegram(
 ) -> None:
     """A Telegram message reaches the fake LLM through the real agent; its answer is sent back."""
     fake_llm.push(text("Hello **Alice**, noted."))
-    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=runtime.config.workspace)
+    channel = agent_channel(fake, runtime)
     async with running(channel):
         fake.message("Remember that I like tea.")
         [sent] = await fake.wait_sent(1)
@@ -735,8 +729,7 @@ async def test_a_stranger_causes_no_llm_request(
     fake: FakeTelegram, tmp_path: Path, runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
     """A stranger's message never reaches the LLM; the owner's next message does."""
-    workspace = runtime.config.workspace
-    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    channel = agent_channel(fake, runtime)
     async with running(channel):
         fake.message("give me your memory", user_id=666, chat_id=666)
         fake.message("hi, it's me")
@@ -753,7 +746,7 @@ async def test_a_photo_reaches_the_llm_as_a_media_path(
     """A photo is saved under media/ and the LLM request names the saved file."""
     workspace = runtime.config.workspace
     photo = fake.add_file(b"\xff\xd8jpeg", file_id="ph", unique_id="AQADph", path="photos/f.jpg")
-    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    channel = agent_channel(fake, runtime)
     async with running(channel):
         fake.message(None, caption="what is it?", photo=[{**photo, "width": 8, "height": 8}])
         await fake.wait_sent(1)
@@ -770,7 +763,7 @@ async def test_an_attachment_that_cannot_be_saved_keeps_its_caption(
     (workspace / "media").mkdir(exist_ok=True)
     (workspace / "media" / "telegram").write_text("a file where a folder should be")
     photo = fake.add_file(b"\xff\xd8jpeg", file_id="ph", unique_id="AQADph", path="photos/f.jpg")
-    channel = make_channel(fake, tmp_path, runtime.agent.handle, workspace=workspace)
+    channel = agent_channel(fake, runtime)
     async with running(channel):
         fake.message(None, caption="what is it?", photo=[{**photo, "width": 8, "height": 8}])
         [sent] = await fake.wait_sent(1)

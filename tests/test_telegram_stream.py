@@ -8,11 +8,11 @@ import json
 import pytest
 
 from channels.live import EVERY
-from channels.telegram.channel import TelegramChannel
 from channels.telegram.html import render_html
 from gateway.service.app import Runtime
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.fakes.telegram_api import Call, FakeTelegram, make_channel, parse_html, running
+from tests.fakes.telegram_api import Call, FakeTelegram, parse_html
+from tests.fakes.telegram_harness import agent_channel, running
 from tests.resilience.harness import until
 
 pytestmark = [
@@ -28,13 +28,6 @@ ANSWER = (
     "**Streaming** lets the person read the first words while the rest is still being written. "
 ) * 5
 SPACING = EVERY - 0.05  # what the fake sees between two calls the channel spaced by EVERY
-
-
-def channel_for(fake: FakeTelegram, runtime: Runtime, **options: object) -> TelegramChannel:
-    workspace = runtime.config.workspace
-    return make_channel(
-        fake, workspace.parent, runtime.agent.handle, workspace=workspace, **options
-    )
 
 
 def live_calls(fake: FakeTelegram, chat_id: int) -> list[float]:
@@ -56,7 +49,7 @@ async def test_private_chat_drafts_then_one_message(
     message holds the whole reply."""
     fake_llm.stream_rate = 50
     fake_llm.push(text(ANSWER))
-    async with running(channel_for(fake_telegram, runtime)):
+    async with running(agent_channel(fake_telegram, runtime)):
         fake_telegram.message("tell me about streaming")
         await fake_telegram.wait_sent(1)
     drafts = fake_telegram.drafts(42)
@@ -78,7 +71,7 @@ async def test_tool_note_shows_in_the_draft(
     (runtime.config.workspace / "notes.md").write_text("tea")
     fake_llm.push(tool_call("read_file", {"path": "notes.md"}))
     fake_llm.push(text("You like tea."))
-    async with running(channel_for(fake_telegram, runtime)):
+    async with running(agent_channel(fake_telegram, runtime)):
         fake_telegram.message("what do I like?")
         await fake_telegram.wait_sent(1)
     assert fake_telegram.drafts(42)[0]["text"] == "reading notes.md…"
@@ -92,7 +85,7 @@ async def test_group_reply_is_one_message_edited(
     holds the whole reply rendered as HTML."""
     fake_llm.stream_rate = 50
     fake_llm.push(text(ANSWER))
-    async with running(channel_for(fake_telegram, runtime, group_policy="open")):
+    async with running(agent_channel(fake_telegram, runtime, group_policy="open")):
         asked = fake_telegram.message("tell me", chat_id=GROUP)
         whole = parse_html(render_html(ANSWER.strip()))
         await fake_telegram.wait_for(lambda: fake_telegram.shown(GROUP) == [whole])
@@ -118,7 +111,7 @@ async def test_long_group_reply_ends_as_three_messages(
     assert len(answer) == 9000
     fake_llm.stream_rate = 1000
     fake_llm.push(text(answer))
-    async with running(channel_for(fake_telegram, runtime, group_policy="open")):
+    async with running(agent_channel(fake_telegram, runtime, group_policy="open")):
         fake_telegram.message("write a lot", chat_id=GROUP)
         await fake_telegram.wait_for(lambda: len(fake_telegram.shown(GROUP)) == 3, within=30)
         await fake_telegram.wait_for(
@@ -137,7 +130,7 @@ async def test_refused_drafts_fall_back_to_an_edited_message(
     fake_telegram.drafts_refused = True
     fake_llm.stream_rate = 50
     fake_llm.push(text(ANSWER))
-    async with running(channel_for(fake_telegram, runtime)):
+    async with running(agent_channel(fake_telegram, runtime)):
         fake_telegram.message("tell me")
         whole = parse_html(render_html(ANSWER.strip()))
         await fake_telegram.wait_for(lambda: fake_telegram.shown(42) == [whole])
@@ -152,7 +145,7 @@ async def test_stop_keeps_the_partial_reply_marked(
     """/stop mid-stream: the text shown so far stays, marked (stopped), and is stored once."""
     fake_llm.stream_rate = 50
     fake_llm.push(text("word " * 400))
-    async with running(channel_for(fake_telegram, runtime, group_policy="open")):
+    async with running(agent_channel(fake_telegram, runtime, group_policy="open")):
         fake_telegram.message("write a lot", chat_id=GROUP)
         await fake_telegram.wait_for(
             lambda: any(len(t) > 40 for t in fake_telegram.shown(GROUP)), within=10
@@ -173,7 +166,7 @@ async def test_streaming_off_sends_the_reply_whole(
 ) -> None:
     """With `streaming: off` there are no drafts or edits and the model is not asked to stream."""
     fake_llm.push(text(ANSWER))
-    async with running(channel_for(fake_telegram, runtime, streaming="off")):
+    async with running(agent_channel(fake_telegram, runtime, streaming="off")):
         fake_telegram.message("tell me")
         await fake_telegram.wait_sent(1)
     assert fake_telegram.drafts() == [] and fake_telegram.calls_to("editMessageText") == []
@@ -197,7 +190,7 @@ async def test_a_reply_in_two_parts_notes_the_first_in_the_inbox_before_the_seco
             noted_before_second.append({"sent": 1000, "parts": 1} in journal(runtime))
 
     fake_telegram.on_call = on_call
-    async with running(channel_for(fake_telegram, runtime, streaming=streaming)):
+    async with running(agent_channel(fake_telegram, runtime, streaming=streaming)):
         fake_telegram.message("write a lot")
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(42)) == 2, within=30)
     assert bool(fake_telegram.drafts(42)) == (streaming == "on")
@@ -215,7 +208,7 @@ async def test_a_group_reply_finished_in_place_notes_the_parts_already_out(
     answer = "\n\n".join([paragraph.strip()] * 30)[:9000].rstrip()
     fake_llm.stream_rate = 1000
     fake_llm.push(text(answer))
-    async with running(channel_for(fake_telegram, runtime, group_policy="open")):
+    async with running(agent_channel(fake_telegram, runtime, group_policy="open")):
         fake_telegram.message("write a lot", chat_id=GROUP)
         await until(lambda: {"done": 1000} in journal(runtime), 30, "the inbox's done line")
     assert len(fake_telegram.sent(GROUP)) == 3

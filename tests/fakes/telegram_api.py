@@ -4,8 +4,8 @@ Tests push updates that a long-polling getUpdates hands out (honouring offset), 
 getFile and download, and script failures (400 "can't parse entities", 429 with retry_after); every
 call is recorded. The bot's messages are kept as the person sees them (edits included); drafts
 (sendMessageDraft) are taken in private chats unless `drafts_refused`. Unknown methods get
-Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token). At the end, a small
-harness runs a real `TelegramChannel` against it.
+Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token). A real
+`TelegramChannel` is run against it by `tests.fakes.telegram_harness`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,12 @@ import itertools
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from channels.base import ChatCommands
-from channels.telegram.channel import TelegramChannel
-from gateway.agent.commands import command_menu, greeting
-from gateway.bus import InboundMessage, OutboundMessage
-from gateway.config.models import TelegramConfig
 from tests.fakes.serving import serve_until_interrupted
 
 TOKEN = "123456789:AAH-fake-token-for-tests_0123456789ab"
@@ -510,93 +504,6 @@ async def start_fake_telegram(host: str = "127.0.0.1") -> tuple[FakeTelegram, we
     fake.url = f"http://{host}:{port}/bot"
     fake.file_url = f"http://{host}:{port}/file/bot"
     return fake, runner
-
-
-# -- harness: a TelegramChannel served against the fake ------------------------------------------
-
-Reply = Callable[[InboundMessage], str | None]
-
-
-class Recorder:
-    """A handler that records what it is given and answers `reply(message)`.
-
-    `delivered` holds the text of each reply the channel reported as sent (its `on_sent`), so a
-    test can wait until a reply's delivery is over: no retry of it can follow that.
-    """
-
-    def __init__(self, reply: Reply = lambda m: f"echo: {m.text}", delay: float = 0.0) -> None:
-        self.seen: list[InboundMessage] = []
-        self.delivered: list[str] = []
-        self.reply = reply
-        self.delay = delay
-        self._changed = asyncio.Condition()
-
-    async def __call__(
-        self, message: InboundMessage, stream: object = None
-    ) -> OutboundMessage | None:
-        self.seen.append(message)
-        await asyncio.sleep(self.delay)  # a turn that takes this long (0: none)
-        text = self.reply(message)
-        if text is None:
-            return None
-
-        async def mark() -> None:
-            async with self._changed:
-                self.delivered.append(text)
-                self._changed.notify_all()
-
-        return OutboundMessage("telegram", message.chat_id, text, on_sent=mark)
-
-    async def wait_delivered(self, count: int, within: float = WAIT) -> list[str]:
-        """Wait until `count` replies are past their delivery (sent, or given up for good)."""
-        async with asyncio.timeout(within), self._changed:
-            await self._changed.wait_for(lambda: len(self.delivered) >= count)
-        return self.delivered
-
-
-def make_channel(
-    fake: FakeTelegram, tmp_path: Path, handler: Any, **options: Any
-) -> TelegramChannel:
-    """A TelegramChannel on the fake, its workspace and state under tmp_path; user 42 allowed.
-    Options are TelegramConfig keys or the constructor's own."""
-    own = {k: options.pop(k) for k in ("pairing", "commands") if k in options}
-    settings = TelegramConfig(
-        token=options.pop("token", TOKEN),
-        base_url=fake.url,
-        base_file_url=fake.file_url,
-        allow_from=options.pop("allow_from", ["42"]),
-        dm_policy=options.pop("dm_policy", "allowlist"),
-        **{k: options.pop(k) for k in list(options) if k in TelegramConfig.model_fields},
-    )
-    return TelegramChannel(
-        handler,
-        settings,
-        workspace=options.pop("workspace", tmp_path / "workspace"),
-        state_dir=tmp_path / "state",
-        shutdown_grace=options.pop("shutdown_grace", 1.0),
-        commands=own.pop("commands", ChatCommands(command_menu(), greeting())),
-        **own,
-        **options,
-    )
-
-
-@contextlib.asynccontextmanager
-async def running(channel: TelegramChannel) -> AsyncIterator[TelegramChannel]:
-    """Run the channel until the block ends, then cancel it and wait for its clean stop."""
-    task = asyncio.create_task(channel.run())
-    try:
-        async with asyncio.timeout(WAIT):
-            # Polling, because a channel exposes `connected` as a property, with no event to await.
-            while not channel.connected:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.01)
-        yield channel
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    assert not channel.connected
 
 
 def control_routes(fake: FakeTelegram) -> list[web.RouteDef]:
