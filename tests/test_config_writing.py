@@ -1,10 +1,13 @@
-"""What `memgate init` and `memgate setup` write."""
+"""What `memgate init` and `memgate setup` write: the file's comments and order kept, and a key
+asked for only where the endpoint needs one."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import converse, memgate
 from tests.fakes.llm import FakeLLM
@@ -36,3 +39,21 @@ async def test_setup_keeps_every_comment_and_the_key_order(
     ).replace("  model: gpt-4o-mini   # cheap\n", "  model: new-model     # cheap\n")
     assert config.read_text() == expected
     assert oct(config.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_init_then_a_local_endpoint_needs_no_key(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `memgate init`, with OPENAI_API_KEY unset: at OpenAI's URL `chat` exits 78 naming the
+    variable; with llm.base_url pointed at a local server it answers."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    home = tmp_path / "home"
+    code, _, err = await memgate("init", home=home)
+    assert code == 0, err
+    code, out, err = await memgate("chat", "-m", "hi", home=home)
+    assert code == 78 and out == "" and err.count("\n") == 1, err
+    assert "OPENAI_API_KEY" in err and "llm.api_key" in err
+    config = home / "config.yaml"
+    config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
+    code, out, err = await memgate("chat", "-m", "hi", home=home)
+    assert (code, out.strip()) == (0, "echo: hi"), err

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.cli.templates import WORKSPACE_FILES
 from gateway.config.file import (
+    OPENAI_KEY_REF,
     OPENAI_URL,
     default_config_path,
     default_workspace,
@@ -55,7 +56,7 @@ def first_run(path: Path) -> None:
     print(f"No configuration yet; let's write {path}. Press Enter to keep a default.\n")
     base_url, api_key, model = ask_llm(OPENAI_URL, "", "gpt-4o-mini")
     if api_key is None:
-        api_key = "${OPENAI_API_KEY}" if os.environ.get("OPENAI_API_KEY") else ""
+        api_key = OPENAI_KEY_REF if os.environ.get("OPENAI_API_KEY") else ""
     text = render_config(
         workspace=default_workspace(), base_url=base_url, api_key=api_key, model=model
     )
@@ -142,7 +143,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"created  {item}")
     for item in kept:
         print(f"kept     {item} (already there)")
-    print(f"\nNext: set llm.api_key in {path} (or export OPENAI_API_KEY), then `memgate chat`.")
+    print(
+        f"\nNext: export OPENAI_API_KEY (or set llm.api_key in {path}), or point llm.base_url "
+        "at a local server, which needs no key; then `memgate chat`."
+    )
     return 0
 
 

@@ -207,6 +207,9 @@ def permission_hint(path: Path, action: str) -> str:
 
 
 OPENAI_URL = "https://api.openai.com/v1"
+# What init writes for the key: empty while the variable is unset, which only OpenAI's URL refuses
+# (require_api_key), so a local endpoint works without it.
+OPENAI_KEY_REF = "${OPENAI_API_KEY:-}"
 
 
 def require_api_key(config: Config) -> None:
@@ -353,8 +356,8 @@ def _indents(text: str) -> tuple[int, int, int]:
 def render_config(
     *,
     workspace: Path,
-    base_url: str = "https://api.openai.com/v1",
-    api_key: str = "${OPENAI_API_KEY}",
+    base_url: str = OPENAI_URL,
+    api_key: str = OPENAI_KEY_REF,
     model: str = "gpt-4o-mini",
 ) -> str:
     """The commented config file `memgate init` and the first-run prompt write."""
@@ -366,7 +369,7 @@ workspace: {yaml.safe_dump(str(workspace)).splitlines()[0]}
 timezone: UTC
 llm:
   base_url: {base_url}
-  {key_line}
+  {key_line}  # needed by OpenAI's URL; a local server may go without
   model: {model}
   context_window: 128000
   max_tokens: 4096
