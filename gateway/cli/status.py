@@ -9,7 +9,7 @@ from channels.inbox import waiting
 from channels.pairing import PairingError, PairingStore
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.models import ChatChannelConfig, Config, mask_url
-from memory.consolidation.failures import FAILURE_REPORT, read_failure_report
+from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
 from memory.sessions.file import parse_session_bytes
 from memory.sessions.index import load_session
@@ -153,20 +153,34 @@ def describe_jobs(config: Config) -> str:
 
 
 def describe_failures(config: Config) -> list[str]:
-    """The sessions whose consolidation the running gateway last reported as failing."""
-    failing = read_failure_report(config.state_dir / FAILURE_REPORT)
-    if not failing:
+    """The sessions whose consolidation the gateway last reported as failing, or as ended raw
+    (their chunk kept verbatim in HISTORY.md and MEMORY.md not updated) until one succeeds."""
+    report = config.state_dir / FAILURE_REPORT
+    failing, raw = read_failure_report(report), read_raw_endings(report)
+    if not failing and not raw:
         return ["consolidation: no failures reported"]
-    lines = [f"consolidation: {len(failing)} session(s) failing, backing off"]
-    for key, entry in sorted(failing.items()):
-        at = entry.get("at")
-        when = (
-            datetime.fromtimestamp(at, config.tz).strftime("%Y-%m-%d %H:%M")
-            if isinstance(at, int | float)
-            else "?"
-        )
+    lines = []
+    if raw:
         lines.append(
-            f"  {key}: {entry.get('failures', '?')} failure(s), last at {when}: "
-            f"{entry.get('error', '?')}"
+            f"consolidation: {len(raw)} session(s) ended raw (chunks kept verbatim in "
+            "HISTORY.md, MEMORY.md not updated)"
+        )
+        for key, entry in sorted(raw.items()):
+            lines.append(
+                f"  {key}: {entry.get('chunks', '?')} chunk(s), {entry.get('messages', '?')} "
+                f"message(s), last at {_when(entry.get('at'), config)}: {entry.get('error') or '?'}"
+            )
+    if failing:
+        lines.append(f"consolidation: {len(failing)} session(s) failing, backing off")
+    for key, entry in sorted(failing.items()):
+        lines.append(
+            f"  {key}: {entry.get('failures', '?')} failure(s), last at "
+            f"{_when(entry.get('at'), config)}: {entry.get('error', '?')}"
         )
     return lines
+
+
+def _when(at: object, config: Config) -> str:
+    if not isinstance(at, int | float):
+        return "?"
+    return datetime.fromtimestamp(at, config.tz).strftime("%Y-%m-%d %H:%M")

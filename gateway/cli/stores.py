@@ -172,8 +172,13 @@ async def _consolidate(config: Config, key: str | None, everything: bool) -> int
         for name in keys:
             session = await runtime.sessions.get(name)
             pending += session.unconsolidated
-    print(f"consolidated {len(keys)} session(s); {pending} message(s) still pending")
-    return 0 if pending == 0 else 1
+        raw = sorted(set(keys) & set(consolidator.ended_raw))
+    # A chunk kept raw is off the pending count but never reached MEMORY.md: not a success.
+    done = f"consolidated {len(keys) - len(raw)} session(s)"
+    if raw:
+        done += f"; {len(raw)} session(s) ended raw ({', '.join(raw)}; see memgate status)"
+    print(f"{done}; {pending} message(s) still pending")
+    return 0 if pending == 0 and not raw else 1
 
 
 def _progress_line(key: str, done: int, total: int) -> None:

@@ -1,6 +1,6 @@
 """The chat model seam, free of any SDK: what a call returns (`ChatResponse`), what a provider
-offers (`ChatProvider`), which features a model refused (tools, images, streaming: switched off
-once, with one warning), and a completion's JSON read into a `ChatResponse`.
+offers (`ChatProvider`), which features a model refused (tools, forced calls, images, streaming:
+switched off once, with one warning), and a completion's JSON read into a `ChatResponse`.
 
 gateway/llm/provider.py implements the seam with the openai SDK.
 """
@@ -104,6 +104,27 @@ class ToolSupport(_Capability):
     _SWITCHED_OFF = (
         "model does not support tool calling; continuing without tools for this "
         "process (set llm.tools: off to skip this check) model=%s"
+    )
+
+    mode: ToolsMode
+
+    def __init__(self, mode: ToolsMode = "auto") -> None:
+        self.mode = mode
+        self.enabled = mode != "off"
+
+
+class ForcedCalls(_Capability):
+    """Whether a forced tool call comes back as a call; in `auto` (of `llm.tools`) assumed until
+    the endpoint answers one with text, as servers do that accept `tools` and ignore them.
+
+    One instance per process, held by consolidation's model: the first forced call answered with
+    text switches consolidation to asking for JSON text, with one warning. Replies keep their
+    tools, which such a server answers in text anyway.
+    """
+
+    _SWITCHED_OFF = (
+        "model answered a forced tool call with text; consolidation asks for JSON text "
+        "for this process (set llm.tools: off to skip this check) model=%s"
     )
 
     def __init__(self, mode: ToolsMode = "auto") -> None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.agent.context import ContextBuilder
 from gateway.agent.loop import AgentLoop
@@ -20,15 +19,10 @@ from gateway.automation.clock import Clock, SystemClock
 from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
 from gateway.config.models import Config, TranscriptionConfig
-from gateway.errors import (
-    LLMError,
-    LLMStatusError,
-    LLMToolsUnsupportedError,
-    MemgateError,
-    unwrap_group,
-)
+from gateway.errors import MemgateError, unwrap_group
 from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
 from gateway.llm.provider import OpenAIProvider, OpenAITranscriber
+from gateway.llm.summary import ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
@@ -42,7 +36,6 @@ from memory.budget import PromptBudget
 from memory.consolidation.compact import MemoryCompactor
 from memory.consolidation.consolidator import ConsolidationSettings, Consolidator
 from memory.consolidation.failures import FAILURE_REPORT
-from memory.errors import ModelCallError
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
 from memory.search.tools import search_tools
@@ -69,75 +62,6 @@ class Runtime:
     metrics: Metrics
     scheduler: Scheduler  # its loop runs in `memgate run`, which can deliver to chats
     mcp: McpServers | None = None
-
-
-class ProviderSummaryModel:
-    """Adapts the chat provider to memory's `SummaryModel`, translating its errors.
-
-    A model that cannot call tools is asked for the same arguments as one JSON object in plain
-    text (the last rung of the forced -> auto -> text ladder); memory validates it like a call.
-    """
-
-    def __init__(
-        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
-    ) -> None:
-        self._provider = provider  # the client, made by the first call that needs it
-        self._tool_support = tool_support
-
-    async def call_tool(
-        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
-    ) -> Any:
-        if self._tool_support is not None and not self._tool_support.enabled:
-            return await self._ask_as_text(messages, tool)
-        name = tool["function"]["name"]
-        choice: str | dict[str, Any] = (
-            {"type": "function", "function": {"name": name}} if force else "auto"
-        )
-        try:
-            response = await self._provider().chat(messages, [tool], tool_choice=choice)
-        except LLMToolsUnsupportedError as exc:
-            if self._tool_support is None or self._tool_support.enabled:
-                raise ModelCallError(str(exc)) from exc
-            return await self._ask_as_text(messages, tool)
-        except LLMStatusError as exc:
-            refused = exc.status in (400, 422) and "tool_choice" in str(exc)
-            raise ModelCallError(str(exc), rejected_tool_choice=refused) from exc
-        except LLMError as exc:
-            raise ModelCallError(str(exc)) from exc
-        for call in response.tool_calls:
-            if call.name == name:
-                return call.arguments
-        return None
-
-    async def _ask_as_text(self, messages: list[dict[str, Any]], tool: dict[str, Any]) -> Any:
-        parameters = tool["function"]["parameters"]
-        keys = ", ".join(f'"{key}"' for key in parameters["properties"])
-        described = "\n".join(
-            f"- {key}: {schema.get('description', '')}"
-            for key, schema in parameters["properties"].items()
-        )
-        instruction = (
-            f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
-        )
-        asked = [*messages, {"role": "user", "content": instruction}]
-        try:
-            response = await self._provider().chat(asked)
-        except LLMError as exc:
-            raise ModelCallError(str(exc)) from exc
-        return _json_text(response.content or "")
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
-def _json_text(content: str) -> str:
-    """The JSON object of a text answer, without the code fence small models like to add."""
-    content = content.strip()
-    fenced = _FENCE.match(content)
-    if fenced:
-        return fenced.group(1)
-    start, end = content.find("{"), content.rfind("}")
-    return content[start : end + 1] if 0 <= start < end else content
 
 
 def consolidation_settings(config: Config) -> ConsolidationSettings:

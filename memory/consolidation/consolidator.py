@@ -115,6 +115,8 @@ class Consolidator:
         self.clock = clock
         self.sleep = sleep
         self.runs = 0
+        # Chunks written raw since start, by session: the CLI reports them as not consolidated.
+        self.ended_raw: dict[str, int] = {}
         self.progress: Callable[[str, int, int], None] | None = None
         self._queue: WorkQueue[Job] = WorkQueue("consolidator", self.process, self._retry_in)
 
@@ -322,7 +324,8 @@ class Consolidator:
 
         Any failure on the way (the model call, HISTORY.md, MEMORY.md, the session marker) counts
         against this session and grows its backoff. After MAX_FAILURES attempts the chunk goes to
-        HISTORY.md raw; if even that fails, the session backs off (no job is queued for it until
+        HISTORY.md raw, which is recorded (`ended_raw`, and the report status reads); if even that
+        fails, the session backs off (no job is queued for it until
         then) and the next job starts over, model call first, from the same pointer.
         """
         chunk = session.messages[start:stop]
@@ -349,7 +352,11 @@ class Consolidator:
                     return False  # even the raw copy failed: back off until a later job
                 await self.sleep(delay)
                 continue
-            self.failures.clear(session.key, self.clock())
+            if raw:
+                self.failures.record_raw(session.key, len(chunk), self.clock())
+                self.ended_raw[session.key] = self.ended_raw.get(session.key, 0) + 1
+            else:
+                self.failures.clear(session.key, self.clock())
             return True
 
     async def _compact(self, session: Session) -> bool:

@@ -1,9 +1,11 @@
 """Consolidation failures per session: counts, exponential backoff, and a report file for status.
 
 The consolidator records every failure in its write path here; a session with failures waits out a
-capped, jittered backoff before its next attempt. With a `path`, the failing sessions are also
-written to a small JSON file (through memory.fileio) so `memgate status`, another process, can
-show them.
+capped, jittered backoff before its next attempt. A session whose chunk went to HISTORY.md raw
+after repeated failures is remembered as such until its next consolidation through the model
+succeeds. With a `path`, both are also written to a small JSON file (through memory.fileio) so
+`memgate status`, another process, can show them; raw endings are read back from it at start, so
+a restart (or the end of `memgate memory consolidate`) does not hide them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,16 @@ class Failing:
     error: str
 
 
+@dataclass
+class RawEnding:
+    """One session's chunks written raw since its last consolidation through the model."""
+
+    chunks: int
+    messages: int
+    at: float  # wall clock, for people
+    error: str  # the last failure before the raw copy
+
+
 class FailureLog:
     """Failure counts and backoff deadlines by session key."""
 
@@ -39,6 +51,7 @@ class FailureLog:
         self.path = path
         self.total = 0
         self._sessions: dict[str, Failing] = {}
+        self._raw = _raw_endings(read_raw_endings(path)) if path is not None else {}
 
     def record(self, key: str, error: str, now: float, *, first: float, cap: float) -> float:
         """Count a failure of `key`; return the delay before its next attempt.
@@ -56,9 +69,23 @@ class FailureLog:
         return delay
 
     def clear(self, key: str, now: float) -> None:
-        """`key` succeeded: its count and backoff start over."""
-        if self._sessions.pop(key, None) is not None:
+        """`key` consolidated through the model: its count, backoff and raw endings start over."""
+        failed = self._sessions.pop(key, None) is not None
+        if self._raw.pop(key, None) is not None or failed:
             self._save(now)
+
+    def record_raw(self, key: str, messages: int, now: float) -> None:
+        """`key`'s chunk of `messages` went to HISTORY.md raw: its count and backoff start over,
+        and the raw ending is kept, with the failure that led to it, for status."""
+        failing = self._sessions.pop(key, None)
+        earlier = self._raw.get(key)
+        self._raw[key] = RawEnding(
+            chunks=(earlier.chunks if earlier else 0) + 1,
+            messages=(earlier.messages if earlier else 0) + messages,
+            at=time.time(),
+            error=failing.error if failing else "",
+        )
+        self._save(now)
 
     def count(self, key: str) -> int:
         failing = self._sessions.get(key)
@@ -90,8 +117,9 @@ class FailureLog:
             }
             for key, failing in self._sessions.items()
         }
+        raw = {key: asdict(ending) for key, ending in self._raw.items()}
         try:
-            atomic_write(self.path, json.dumps({"failing": report}, ensure_ascii=False))
+            atomic_write(self.path, json.dumps({"failing": report, "raw": raw}, ensure_ascii=False))
         except OSError as exc:  # the report is a courtesy; the disk may be what is failing
             log.debug(
                 "cannot write the consolidation failure report path=%s error=%s", self.path, exc
@@ -100,9 +128,30 @@ class FailureLog:
 
 def read_failure_report(path: Path) -> dict[str, dict[str, Any]]:
     """The failing sessions a running gateway reported, by key; empty if none or unreadable."""
+    return _read_section(path, "failing")
+
+
+def read_raw_endings(path: Path) -> dict[str, dict[str, Any]]:
+    """The sessions whose consolidation last ended raw, by key; empty if none or unreadable."""
+    return _read_section(path, "raw")
+
+
+def _read_section(path: Path, name: str) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # or nested past what the decoder recurses
         return {}
-    failing = data.get("failing") if isinstance(data, dict) else None
-    return failing if isinstance(failing, dict) else {}
+    section = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        return {}
+    return {key: entry for key, entry in section.items() if isinstance(entry, dict)}
+
+
+def _raw_endings(report: dict[str, dict[str, Any]]) -> dict[str, RawEnding]:
+    """The raw endings of an earlier process's report; an entry of the wrong shape is dropped."""
+    endings = {}
+    for key, entry in report.items():
+        chunks, messages, at, error = (entry.get(f) for f in ("chunks", "messages", "at", "error"))
+        if isinstance(chunks, int) and isinstance(messages, int) and isinstance(at, int | float):
+            endings[key] = RawEnding(chunks, messages, float(at), str(error or ""))
+    return endings

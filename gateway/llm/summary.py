@@ -1,0 +1,90 @@
+"""Consolidation's model: the chat provider adapted to memory's `SummaryModel`, errors translated.
+
+A model asked for a tool call gets the tool forced; one that cannot call tools (`llm.tools: off`,
+refused by the endpoint, or a forced call answered with text) is asked for the same arguments as
+one JSON object in plain text: the last rung of the forced -> auto -> text ladder. Memory validates
+either answer the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
+from gateway.llm.types import ChatProvider, ForcedCalls, ToolSupport
+from memory.errors import ModelCallError
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+class ProviderSummaryModel:
+    """memory's `SummaryModel` over a chat provider; one per process, so its switch to JSON text
+    holds for every consolidation and compaction after it."""
+
+    def __init__(
+        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
+    ) -> None:
+        self._provider = provider  # the client, made by the first call that needs it
+        self._tool_support = tool_support
+        self._forced = ForcedCalls(tool_support.mode if tool_support is not None else "auto")
+
+    async def call_tool(
+        self, messages: list[dict[str, Any]], tool: dict[str, Any], *, force: bool
+    ) -> Any:
+        if not self._forced.enabled or (
+            self._tool_support is not None and not self._tool_support.enabled
+        ):
+            return await self._ask_as_text(messages, tool)
+        name = tool["function"]["name"]
+        choice: str | dict[str, Any] = (
+            {"type": "function", "function": {"name": name}} if force else "auto"
+        )
+        provider = self._provider()
+        try:
+            response = await provider.chat(messages, [tool], tool_choice=choice)
+        except LLMToolsUnsupportedError as exc:
+            if self._tool_support is None or self._tool_support.enabled:
+                raise ModelCallError(str(exc)) from exc
+            return await self._ask_as_text(messages, tool)
+        except LLMStatusError as exc:
+            refused = exc.status in (400, 422) and "tool_choice" in str(exc)
+            raise ModelCallError(str(exc), rejected_tool_choice=refused) from exc
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        for call in response.tool_calls:
+            if call.name == name:
+                return call.arguments
+        # A forced call answered with no call at all: the server took `tools` and ignored them.
+        # Asked again at once as text, this chunk need not fail three times and end raw.
+        if force and not response.tool_calls and self._forced.refused(provider.model):
+            return await self._ask_as_text(messages, tool)
+        return None
+
+    async def _ask_as_text(self, messages: list[dict[str, Any]], tool: dict[str, Any]) -> Any:
+        parameters = tool["function"]["parameters"]
+        keys = ", ".join(f'"{key}"' for key in parameters["properties"])
+        described = "\n".join(
+            f"- {key}: {schema.get('description', '')}"
+            for key, schema in parameters["properties"].items()
+        )
+        instruction = (
+            f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
+        )
+        asked = [*messages, {"role": "user", "content": instruction}]
+        try:
+            response = await self._provider().chat(asked)
+        except LLMError as exc:
+            raise ModelCallError(str(exc)) from exc
+        return json_text(response.content or "")
+
+
+def json_text(content: str) -> str:
+    """The JSON object of a text answer, without the code fence small models like to add."""
+    content = content.strip()
+    fenced = _FENCE.match(content)
+    if fenced:
+        return fenced.group(1)
+    start, end = content.find("{"), content.rfind("}")
+    return content[start : end + 1] if 0 <= start < end else content
