@@ -350,7 +350,8 @@ class Consolidator:
                 delay = self._failed(session.key, exc)
                 if raw:
                     return False  # even the raw copy failed: back off until a later job
-                await self.sleep(delay)
+                if attempts < MAX_FAILURES:  # the raw copy needs no model: nothing to wait out
+                    await self.sleep(delay)
                 continue
             if raw:
                 self.failures.record_raw(session.key, len(chunk), self.clock())
