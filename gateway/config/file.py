@@ -17,7 +17,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config.models import Config, mask_url
+from gateway.config.models import Config
+from gateway.config.problems import (
+    SECRET_KEYS,
+    LineOf,
+    broken_rules,
+    config_error,
+    dotted,
+    invalid_values,
+    unset_variables,
+)
 from gateway.errors import ConfigError
 from memory.fileio import atomic_write
 
@@ -44,18 +53,19 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def _expand(
-    value: Any, key: str, env: dict[str, str], missing: dict[str, str], stand_in: str | None
+    value: Any,
+    loc: tuple[Any, ...],
+    env: dict[str, str],
+    missing: dict[tuple[Any, ...], str],
+    stand_in: str | None,
 ) -> Any:
     """Expand `${VAR}` / `${VAR:-default}` in every string; record unset variables by key.
 
     With a `stand_in`, an unset variable of a secret key becomes that text instead of missing."""
     if isinstance(value, dict):
-        return {
-            k: _expand(v, f"{key}.{k}" if key else str(k), env, missing, stand_in)
-            for k, v in value.items()
-        }
+        return {k: _expand(v, (*loc, k), env, missing, stand_in) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, f"{key}[{i}]", env, missing, stand_in) for i, v in enumerate(value)]
+        return [_expand(v, (*loc, i), env, missing, stand_in) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
@@ -65,34 +75,12 @@ def _expand(
             return env[name]
         if default is not None:
             return default
-        if stand_in is not None and key.rsplit(".", 1)[-1] in _SECRET_KEYS:
+        if stand_in is not None and loc and loc[-1] in SECRET_KEYS:
             return stand_in
-        missing.setdefault(key, name)
+        missing.setdefault(loc, name)
         return ""
 
     return _VAR.sub(substitute, value)
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        else:
-            parts.append(("." if parts else "") + str(part))
-    return "".join(parts)
-
-
-def _lookup(tree: Any, loc: tuple[Any, ...]) -> Any:
-    for part in loc:
-        try:
-            tree = tree[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return tree
-
-
-_SECRET_KEYS = {"api_key", "token", "webhook_secret"}  # their values never appear in a message
 
 
 def parse_config(
@@ -102,88 +90,35 @@ def parse_config(
     *,
     secret_stand_in: str | None = None,
     runs_channels: bool = True,
+    line_of: LineOf | None = None,
 ) -> Config:
-    """Validate an already-parsed YAML mapping; errors name `path`, the key and the value.
+    """Validate an already-parsed YAML mapping; errors name `path`, the key and the value, every
+    problem of the file at once (on the line `line_of` gives, when given).
 
     `secret_stand_in` replaces secrets whose variable is unset, for commands that never use them.
     Without `runs_channels` (`chat`, `status`, `memory`, `jobs`, `pairing`: commands that connect
     to no platform), an enabled channel may lack its token: a shell without the service's
     environment can still use them."""
-    missing: dict[str, str] = {}
+    missing: dict[tuple[Any, ...], str] = {}
     raw = {"state_dir": str(default_state_dir()), **raw}
     env = dict(os.environ) if env is None else env
-    expanded = _expand(raw, "", env, missing, secret_stand_in)
+    expanded = _expand(raw, (), env, missing, secret_stand_in)
     try:
         config = Config.model_validate({**expanded, "source": path})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(p for p in first["loc"] if p not in ("function-after", "function-before"))
-        key = _dotted(loc)
-        if first["type"] == "extra_forbidden":
-            raise ConfigError(f"{path}: unknown key {key!r}", path=str(path), key=key) from None
-        value = _lookup(raw, loc)
-        secret = key.rsplit(".", 1)[-1] in _SECRET_KEYS or _under_secret_map(loc)
-        if isinstance(value, str):
-            value = mask_url(value)  # a URL's password or query may be a key
-        shown = "" if value is None or isinstance(value, dict) or secret else f" = {value!r}"
-        message = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(
-            f"{path}: {key or '(top level)'}{shown}: {message}", path=str(path), key=key
-        ) from None
-    for key, var in missing.items():
-        if _in_disabled_channel(config, key) or (not runs_channels and key.startswith("channels.")):
-            continue
-        raise ConfigError(
-            f"{path}: {key} = '${{{var}}}': environment variable {var} is not set "
-            f"(set it, or write '${{{var}:-default}}')",
-            path=str(path),
-            key=key,
-        )
-    _check_relations(config, path, runs_channels)
+        # The rules across keys need a valid config: they are checked once every key is.
+        raise config_error(path, invalid_values(exc, raw), line_of) from None
+    unset = {
+        loc: var
+        for loc, var in missing.items()
+        if not _in_disabled_channel(config, dotted(loc)) and (runs_channels or loc[0] != "channels")
+    }
+    # One line a key: a token whose variable is unset is not also "required".
+    rules = [rule for rule in broken_rules(config, runs_channels) if rule.loc not in unset]
+    problems = unset_variables(unset) + rules
+    if problems:
+        raise config_error(path, problems, line_of)
     return config
-
-
-def _under_secret_map(loc: tuple[Any, ...]) -> bool:
-    """Values of an MCP server's `headers` and `env` are tokens as often as not."""
-    return any(part in ("headers", "env") for part in loc[:-1])
-
-
-def _check_relations(config: Config, path: Path, runs_channels: bool = True) -> None:
-    """Rules that involve more than one key, reported on the key a person would change."""
-
-    def fail(key: str, value: Any, message: str) -> None:
-        raise ConfigError(f"{path}: {key} = {value!r}: {message}", path=str(path), key=key)
-
-    llm, memory = config.llm, config.memory
-    for key in ("workspace", "state_dir"):
-        folder = getattr(config, key)
-        if folder.exists() and not folder.is_dir():
-            fail(key, str(folder), "exists and is not a folder")
-    if llm.context_window - llm.max_tokens - 1024 < 1024:
-        fail(
-            "llm.max_tokens",
-            llm.max_tokens,
-            f"leaves less than 1024 prompt tokens in llm.context_window ({llm.context_window})",
-        )
-    if memory.consolidate_to >= memory.consolidate_at:
-        fail(
-            "memory.consolidate_to",
-            memory.consolidate_to,
-            f"must be below memory.consolidate_at ({memory.consolidate_at})",
-        )
-    embeddings = memory.embeddings
-    if embeddings is not None and embeddings.vector_weight + embeddings.keyword_weight == 0:
-        fail("memory.embeddings.vector_weight", 0, "and keyword_weight cannot both be 0")
-    for name, var in (("telegram", "TELEGRAM_BOT_TOKEN"), ("discord", "DISCORD_BOT_TOKEN")):
-        channel = getattr(config.channels, name)
-        if channel.enabled and not channel.token and runs_channels:
-            fail(f"channels.{name}.token", "", f"required when the channel is enabled (set {var})")
-        if channel.dm_policy == "open" and "*" not in channel.allow_from:
-            fail(
-                f"channels.{name}.dm_policy",
-                "open",
-                'lets anyone in, so it needs allow_from: ["*"]',
-            )
 
 
 def _in_disabled_channel(config: Config, key: str) -> bool:
@@ -247,7 +182,7 @@ def load_config(
         )
     try:
         text = path.read_text(encoding="utf-8")
-        raw = yaml.safe_load(text) or {}
+        raw, node = _parse_yaml(text)
     except yaml.YAMLError as exc:
         # One line, file:line:column: reason; never the offending text, which may be a secret.
         mark = getattr(exc, "problem_mark", None)
@@ -262,8 +197,46 @@ def load_config(
         raise ConfigError(f"{path}: the top level must be a mapping of keys", path=str(path))
     raw.setdefault("workspace", str(default_workspace()))
     return parse_config(
-        raw, path, env, secret_stand_in=secret_stand_in, runs_channels=runs_channels
+        raw,
+        path,
+        env,
+        secret_stand_in=secret_stand_in,
+        runs_channels=runs_channels,
+        line_of=lambda loc: _line_of(node, loc),
     )
+
+
+def _parse_yaml(text: str) -> tuple[Any, yaml.Node | None]:
+    """The document's data (as `yaml.safe_load` gives it) and its node tree, which knows the line
+    of every key, from one parse."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        return (loader.construct_document(node) if node is not None else None) or {}, node
+    finally:
+        loader.dispose()
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The line of the key at `loc`, or of the nearest key above it that is written."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            pairs = [
+                (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part
+            ]
+            if not pairs:
+                return line
+            key, node = pairs[-1]  # of duplicate keys, the last is the one a load keeps
+            line = key.start_mark.line + 1
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
 
 
 def write_private(path: Path, text: str) -> None:

@@ -33,9 +33,9 @@ HEADER = """\
 memgate reads one YAML file: `--config PATH` (before or after the command), else
 `$MEMGATE_CONFIG`, else `$MEMGATE_HOME/config.yaml` (`$MEMGATE_HOME` defaults to `~/.memgate`).
 `${VAR}` and `${VAR:-default}` are replaced from the environment, so secrets can stay in an env
-file. Unknown keys and bad values stop memgate with exit status 78 and one line naming the file,
-the key and the value (never a secret's value). `memgate doctor` checks the file and everything it
-points at.
+file. Unknown keys and bad values stop memgate with exit status 78 and one line for each, naming
+the file, the line, the key and the value (never a secret's value), every problem of the file at
+once. `memgate doctor` checks the file and everything it points at.
 """
 
 
