@@ -282,8 +282,10 @@ async def test_attachment_over_the_cap_is_not_downloaded(fake: FakeDiscord, tmp_
     assert not fake.calls("GET", "/attachments/big.bin")
 
 
-async def test_handler_error_does_not_stop_the_channel(fake: FakeDiscord, tmp_path: Path) -> None:
-    """A handler that raises is logged; the next message is still answered."""
+async def test_handler_error_does_not_stop_the_channel(
+    fake: FakeDiscord, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that raises is logged once, with its traceback; the next message is answered."""
 
     def reply(text: str) -> str:
         if text == "boom":
@@ -296,6 +298,9 @@ async def test_handler_error_does_not_stop_the_channel(fake: FakeDiscord, tmp_pa
         await fake.wait_for(lambda: fake.sent(DM))
         await barrier(fake)
     assert [m["content"] for m in fake.sent(DM)] == ["fine"]
+    # Its traceback (a task group may wrap the error) in one record, none before or after it.
+    logged = [r for r in caplog.records if "RuntimeError: handler bug" in (r.exc_text or "")]
+    assert [r.levelno for r in logged] == [logging.ERROR]
 
 
 async def test_reply_to_is_sent_as_a_message_reference(fake: FakeDiscord, tmp_path: Path) -> None:

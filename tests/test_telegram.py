@@ -26,7 +26,7 @@ from gateway.errors import ConfigError
 from gateway.logs import RedactingFilter
 from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
-from tests.fakes.llm import FakeLLM, last_user_text, text
+from tests.fakes.llm import FakeLLM, error, last_user_text, text
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram
 from tests.fakes.telegram_harness import Recorder, agent_channel, make_channel, running
 
@@ -227,8 +227,10 @@ async def test_other_send_errors_are_logged_and_the_channel_goes_on(
     assert "telegram send failed" in caplog.text
 
 
-async def test_handler_error_does_not_stop_the_channel(fake: FakeTelegram, tmp_path: Path) -> None:
-    """A handler that raises is logged; the next message is handled as usual."""
+async def test_handler_error_does_not_stop_the_channel(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that raises is logged once, with its traceback; the next message is handled."""
 
     def reply(message: InboundMessage) -> str:
         if message.text == "boom":
@@ -240,6 +242,30 @@ async def test_handler_error_does_not_stop_the_channel(fake: FakeTelegram, tmp_p
         fake.message("after")
         [sent] = await fake.wait_sent(1)
     assert sent["text"] == "fine"
+    # Its traceback (a task group may wrap the error) in one record, none before or after it.
+    logged = [r for r in caplog.records if "RuntimeError: handler bug" in (r.exc_text or "")]
+    assert [r.levelno for r in logged] == [logging.ERROR]
+
+
+async def test_a_failed_turn_is_answered_and_logged_once(
+    fake: FakeTelegram,
+    runtime: Runtime,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The model failing: the agent's one boundary answers with the cause and logs one line; the
+    channel adds none and answers the next message."""
+    fake_llm.push(error(500, "upstream down"))
+    fake_llm.push(text("Back again."))
+    async with running(agent_channel(fake, runtime)):
+        fake.message("first")
+        await fake.wait_sent(1)
+        fake.message("second")
+        sent = await fake.wait_sent(2)
+    assert sent[0]["text"].startswith("Sorry, I could not answer")
+    assert sent[1]["text"] == "Back again."
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and lines[0].startswith("llm failed session=telegram:42")
 
 
 async def test_restart_handles_queued_updates_and_skips_handled_ones(

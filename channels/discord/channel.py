@@ -2,8 +2,9 @@
 
 With a `state_dir`, every accepted message is journaled in an inbox on arrival, before it waits for
 its turn, and finished once handled: a message a stop or a kill left unanswered is answered at the
-next start (the agent recognises one it already stored). The `channels/discord*.py` modules are the
-only ones that import `discord`; of ours they import `gateway.bus`, `memory.fileio` and `channels`.
+next start (the agent recognises one it already stored). Each message's work runs as a task of
+`channels.tasks`. The `channels/discord/` modules are the only ones that import `discord`; of ours
+they import `gateway.bus`, `memory.fileio` and the `channels/` root modules.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from channels.live import LiveReply, Pacer
 from channels.media_names import safe_name
 from channels.pairing import PairingStore
 from channels.reception import Reception
+from channels.tasks import MessageTasks
 from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
 from gateway.config.models import DiscordConfig
 from memory.fileio import atomic_write
@@ -90,7 +92,7 @@ class DiscordChannel:
         self._client: Client | None = None
         self._started = False
         self._up = asyncio.Event()  # set while connected
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._tasks = MessageTasks(self.name)
         self._stopping = False
         self._state_dir = Path(state_dir) if state_dir is not None else None
         self._inbox: Inbox | None = None
@@ -124,10 +126,15 @@ class DiscordChannel:
         self._started = True
         point_library_at(self._api_base, self._gateway_url)
         try:
-            client = await self._login()
-            for record in await asyncio.to_thread(self._open_inbox, client):
-                self._track(self._replay(record), f"discord replay {record['message_id']}")
-            await client.connect(reconnect=True)
+            async with self._tasks.running(self._shutdown_grace):
+                try:
+                    client = await self._login()
+                    for record in await asyncio.to_thread(self._open_inbox, client):
+                        self._tasks.spawn(self._replay, record)
+                    await client.connect(reconnect=True)
+                finally:
+                    self._up.clear()
+                    self._stopping = True  # no new message; running turns get the grace
         except discord.PrivilegedIntentsRequired as exc:
             raise DiscordChannelError(
                 "Discord refused the MESSAGE CONTENT intent: enable it for this bot in the "
@@ -139,14 +146,9 @@ class DiscordChannel:
                 f"Discord closed the gateway connection code={exc.code} ({reason})"
             ) from exc
         finally:
-            self._up.clear()
-            self._stopping = True
-            try:
-                await self._drain()
-            finally:
-                await self._close_client()
-                if self._inbox is not None:
-                    self._inbox.close()
+            await self._close_client()
+            if self._inbox is not None:
+                self._inbox.close()
 
     async def send(self, message: OutboundMessage) -> bool:
         """Send `message` split below 2000 characters; a failure is logged, never raised.
@@ -236,41 +238,24 @@ class DiscordChannel:
             addressed=mentioned,
         )
         decision = self._reception.judge(request)
-        text = clean_content(message, me.id)
+        chat_id, text = str(message.channel.id), clean_content(message, me.id)
         step = self._reception.step(request, decision, text)
         if step.reply is not None:
-            reply = OutboundMessage(self.name, str(message.channel.id), step.reply)
-            self._track(self._send_quietly(reply), f"discord pairing {message.id}")
+            self._tasks.spawn(self.send, OutboundMessage(self.name, chat_id, step.reply))
         if step.pair:
-            self._track(
-                self._answer_pair(message, request, decision, text), f"discord pair {message.id}"
-            )
+            self._tasks.spawn(self._answer_pair, message, request, decision, text)
         if not step.turn or (not text and not message.attachments):
             return  # not for the agent, or nothing in it (a bare mention of the bot)
         if self._inbox is not None:
             self._inbox.append(inbox_record(message, text, mentioned))
         # Each message in its own task, so `/stop` can arrive while a turn is running.
-        self._track(self._handle(message, text, mentioned), f"discord {message.id}")
-
-    def _track(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._inflight.add(task)
-        task.add_done_callback(self._forget)
-
-    async def _send_quietly(self, reply: OutboundMessage) -> None:
-        """A reply nobody waits on (its failure is logged by send)."""
-        await self.send(reply)
+        self._tasks.spawn(self._handle, message, text, mentioned)
 
     async def _answer_pair(
         self, message: discord.Message, request: Request, decision: Decision, text: str
     ) -> None:
         reply = await self._reception.answer_pair(request, decision, text)
         await self.send(OutboundMessage(self.name, str(message.channel.id), reply))
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("discord message task failed task=%s", task.get_name(), exc_info=exc)
 
     # -- one message -------------------------------------------------------------------------------
 
@@ -446,19 +431,6 @@ class DiscordChannel:
                 ) from exc
             await self._close_client()
             await asyncio.sleep(delay)
-
-    async def _drain(self) -> None:
-        """Let running turns finish within the grace period, then cancel what is left."""
-        if self._inflight and self._shutdown_grace > 0:
-            log.info(
-                "discord waiting for running turns count=%d grace=%.1fs",
-                len(self._inflight),
-                self._shutdown_grace,
-            )
-            await asyncio.wait(set(self._inflight), timeout=self._shutdown_grace)
-        for task in list(self._inflight):
-            task.cancel()
-        await asyncio.gather(*self._inflight, return_exceptions=True)
 
     async def _close_client(self) -> None:
         if self._client is None:

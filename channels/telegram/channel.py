@@ -3,9 +3,10 @@
 Every update admission lets in is journaled in the inbox (channels/inbox.py) before Telegram hears
 that it arrived, and replayed at the next start if the process died before handling it; one it
 refuses is never written, so nothing of a stranger's text reaches the disk. This module owns
-the PTB lifecycle and a message's way from update to turn; the other `channels/telegram_*.py`
-modules hold the parts (updates, mentions, media, delivery, state). Those modules are the only
-ones that import `telegram`; of ours they import `gateway.bus`, `memory.fileio` and `channels`.
+the PTB lifecycle and a message's way from update to turn, each message's work a task of
+`channels.tasks`; the other `channels/telegram/` modules hold the parts (updates, mentions, media,
+delivery, state). Those modules are the only ones that import `telegram`; of ours they import
+`gateway.bus`, `memory.fileio` and the `channels/` root modules.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from channels.errors import TelegramConfigError
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingStore
 from channels.reception import Reception
+from channels.tasks import MessageTasks
 from channels.telegram.connect import (
     close_logged,
     file_url,
@@ -42,7 +44,7 @@ from channels.telegram.delivery import Target, TelegramDelivery
 from channels.telegram.media import attachments, download
 from channels.telegram.mentions import GROUPS, Addressing, admission_request
 from channels.telegram.state import UpdateCursor
-from channels.telegram.updates import UpdateQueue, UpdatesRequest, update_date
+from channels.telegram.updates import UpdateQueue, UpdatesRequest, read_update, update_date
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 from gateway.config.models import TelegramConfig
 
@@ -98,8 +100,7 @@ class TelegramChannel:
         self._bot_id = int(token.split(":", 1)[0]) if token.split(":", 1)[0].isdigit() else 0
         self._bot_username = ""
         self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
-        self._tasks: asyncio.TaskGroup | None = None
-        self._active: set[asyncio.Task[None]] = set()
+        self._tasks = MessageTasks(self.name)
         self._tails: dict[Target, asyncio.Event] = {}
         self._delivery = TelegramDelivery(self._running_bot)
         self._inbox: Inbox | None = None
@@ -139,6 +140,7 @@ class TelegramChannel:
             .build()
         )
         app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_error)
         self._app = app
         try:
             await retrying("connect", app.initialize)
@@ -148,11 +150,10 @@ class TelegramChannel:
             await asyncio.to_thread(self._cursor.load)
             pending = await asyncio.to_thread(self._open_inbox)
             await register_commands(app.bot, self._commands.menu)
-            async with asyncio.TaskGroup() as tasks:
-                self._tasks = tasks
+            async with self._tasks.running(self._grace):
                 await app.start()
                 try:
-                    await self._replay(pending)
+                    await self._replay(app, pending)
                     await retrying("start", self._start_updates)
                     self._up.set()
                     log.info(
@@ -165,7 +166,6 @@ class TelegramChannel:
                     self._up.clear()
                     await self._stop_updates(app)
         finally:
-            self._tasks = None
             if self._inbox is not None:
                 self._inbox.close()
             await close_logged("shutdown", app.shutdown)
@@ -195,21 +195,11 @@ class TelegramChannel:
             )
 
     async def _stop_updates(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        """No new updates; hand over the ones fetched; let running turns finish within the grace."""
+        """No new updates; hand over the ones fetched (running turns get the grace after this)."""
         if app.updater is not None and app.updater.running:
             await close_logged("updater stop", app.updater.stop)
         if app.running:
             await close_logged("stop", app.stop)
-        if self._active:
-            await asyncio.wait(set(self._active), timeout=self._grace)
-        for task in self._active:
-            task.cancel()
-
-    def _spawn(self, coro: Awaitable[object]) -> None:
-        assert self._tasks is not None
-        task = self._tasks.create_task(_guarded(coro))
-        self._active.add(task)
-        task.add_done_callback(self._active.discard)
 
     # -- updates ----------------------------------------------------------------------------------
     def _receive(self, item: object) -> bool:
@@ -225,7 +215,11 @@ class TelegramChannel:
             return False
         try:
             judged = self._judge(item.message) if item.message is not None else None
-        except Exception:  # PTB's fetching calls this: one unreadable message must not stop it
+        except (
+            Exception
+        ):  # PTB's polling loop (or webhook) calls this through the update queue, and
+            # anything but a TelegramError ends its polling for good: an update that cannot be
+            # judged is dropped and logged, never that.
             log.exception("telegram could not judge update update_id=%s", item.update_id)
             judged = None
         self._judged[item.update_id] = judged
@@ -238,40 +232,41 @@ class TelegramChannel:
         return None if read is None else (read[0], self._reception.judge(read[0]), read[1])
 
     async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
-        self._cursor.record(update.update_id, update_date(update))
+        # Recorded, so Telegram redelivering it is not taken a second time; a replayed update may
+        # be older than the newest one handled, and leaves the record as it is.
+        if not self._cursor.handled(update.update_id, update_date(update)):
+            self._cursor.record(update.update_id, update_date(update))
         await asyncio.to_thread(self._cursor.save)
         self._take(update)
 
-    async def _replay(self, pending: list[Json]) -> None:
-        """Take again, oldest first, the updates a previous run received but never finished. The
-        agent skips a message it already stored, so one whose turn had begun is not doubled."""
-        if not pending:
-            return
-        log.info("telegram replaying unfinished updates count=%d", len(pending))
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """PTB's boundary around `_on_update`: taking an update failed (a bug: the agent answers
+        a turn's own failures). Logged once; the update is finished, since taking it again at
+        the next start would fail the same way."""
+        update_id = update.update_id if isinstance(update, Update) else None
+        log.error("telegram could not take update update_id=%s", update_id, exc_info=context.error)
+        self._finish(update_id)
+
+    async def _replay(
+        self, app: Application[Any, Any, Any, Any, Any, Any], pending: list[Json]
+    ) -> None:
+        """Take again, oldest first, the updates a previous run received but never finished,
+        through PTB's dispatch like a new one. The agent skips a message it already stored, so
+        one whose turn had begun is not doubled."""
+        if pending:
+            log.info("telegram replaying unfinished updates count=%d", len(pending))
         for data in pending:
-            update_id = data.get("update_id")
-            try:
-                update = Update.de_json(data, self._bot())
-            except Exception as exc:
-                log.error("telegram cannot replay update update_id=%s error=%s", update_id, exc)
-                self._finish(update_id)
-                continue
-            # Recorded, so Telegram redelivering it is not taken a second time.
-            if not self._cursor.handled(update.update_id, update_date(update)):
-                self._cursor.record(update.update_id, update_date(update))
-            self._take(update)
-        await asyncio.to_thread(self._cursor.save)
+            update = read_update(data, app.bot)
+            if update is None:
+                self._finish(data.get("update_id"))
+            else:
+                await app.process_update(update)
 
     def _take(self, update: Update) -> None:
         """Start the work for a received update; one that needs none is finished at once."""
-        if self._tasks is None:
+        if not self._tasks.open:
             return  # stopping: it stays in the inbox for the next start
-        working = False
-        if update.message is not None:
-            try:
-                working = self._admit(update.message, update.update_id)
-            except Exception:
-                log.exception("telegram could not take update update_id=%s", update.update_id)
+        working = update.message is not None and self._admit(update.message, update.update_id)
         if not working:
             self._finish(update.update_id)
 
@@ -293,9 +288,9 @@ class TelegramChannel:
         target = Target(message.chat.id, thread)
         step = self._reception.step(request, decision, text)
         if step.reply is not None:
-            self._spawn(self.send(self._outbound(target, step.reply)))
+            self._tasks.spawn(self.send, self._outbound(target, step.reply))
         if step.pair:
-            self._spawn(self._answer_pair(target, request, decision, text))
+            self._tasks.spawn(self._answer_pair, target, request, decision, text)
         if not step.turn:
             return False
         name = step.command.name if step.command is not None else ""
@@ -303,14 +298,14 @@ class TelegramChannel:
             # A sticker, location, poll…: say so, rather than leave the sender wondering. Service
             # messages (a member joined, a pin) have no attachment and get nothing.
             if message.effective_attachment is not None and (addressed or not request.is_group):
-                self._spawn(self.send(self._outbound(target, UNSUPPORTED)))
+                self._tasks.spawn(self.send, self._outbound(target, UNSUPPORTED))
             return False
         if name == "start" and self._commands.greeting:
-            self._spawn(self.send(self._outbound(target, self._commands.greeting)))
+            self._tasks.spawn(self.send, self._outbound(target, self._commands.greeting))
             return False
         previous = self._tails.get(target)
         done = self._tails[target] = asyncio.Event()
-        self._spawn(self._intake(message, text, addressed, target, previous, done, update_id))
+        self._tasks.spawn(self._intake, message, text, addressed, target, previous, done, update_id)
         return True
 
     async def _answer_pair(
@@ -331,7 +326,8 @@ class TelegramChannel:
     ) -> None:
         """Download media and build the inbound message, one at a time per chat, then start the
         turn; turns start in arrival order but run concurrently, so a /stop is never stuck.
-        Cancelled (at shutdown), the update stays unfinished in the inbox and is replayed."""
+        Cancelled (at shutdown), or failed (downloads fail softly, so a bug, which the tasks'
+        supervisor logs), the update stays unfinished in the inbox and is replayed."""
         try:
             if previous is not None:
                 await previous.wait()
@@ -346,10 +342,7 @@ class TelegramChannel:
                     inbound.sender_id,
                     len(inbound.media),
                 )
-                self._spawn(self._turn(inbound, target, update_id))
-        except Exception:
-            log.exception("telegram could not read message chat_id=%s", target.chat_id)
-            self._finish(update_id)
+                self._tasks.spawn(self._turn, inbound, target, update_id)
         finally:
             done.set()
             if self._tails.get(target) is done:
@@ -389,7 +382,6 @@ class TelegramChannel:
         )
 
     async def _turn(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
-        assert self._tasks is not None
         live = None
         if self._settings.streaming == "on":
             answers = int(inbound.message_id) if inbound.is_group and inbound.message_id else None
@@ -444,12 +436,6 @@ class TelegramChannel:
         await message.sent()
         return sent
 
-    def _bot(self) -> Bot:
-        bot = self._running_bot()
-        if bot is None:
-            raise RuntimeError("TelegramChannel is not running")
-        return bot
-
     def _running_bot(self) -> Bot | None:
         if self._app is None:
             return None
@@ -465,11 +451,3 @@ class TelegramChannel:
         """Open the inbox journal (blocking); returns the updates left unfinished last time."""
         self._inbox = Inbox(self._state_dir / f"telegram-{self._bot_id}-inbox.jsonl")
         return self._inbox.open_or_log()
-
-
-async def _guarded(coro: Awaitable[object]) -> None:
-    """Run one message's work; a failure is logged and never takes the channel down."""
-    try:
-        await coro
-    except Exception:
-        log.exception("telegram task failed")

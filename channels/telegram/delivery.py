@@ -2,7 +2,7 @@
 replies shown while they are written (drafts in private chats, else a message edited).
 
 Part of the Telegram adapter, so it may import `telegram`; of ours `gateway.bus` and the
-channels' own HTML renderer and live replies.
+channels' own HTML renderer, live replies and message tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from channels.live import LiveReply, Pacer
+from channels.tasks import MessageTasks
 from channels.telegram.html import Piece, markdown_parts, render_part
 from gateway.bus import OutboundMessage
 
@@ -194,13 +195,13 @@ class TelegramDelivery:
                 await asyncio.sleep(delay)
 
     @contextlib.contextmanager
-    def typing_while(self, target: Target, tasks: asyncio.TaskGroup) -> Iterator[None]:
+    def typing_while(self, target: Target, tasks: MessageTasks) -> Iterator[None]:
         """One typing loop per chat while any of its turns is running."""
         count, typing = self._typing.get(target, (0, None))
         if typing is None:
             # The loop's coroutine is made inside the task: a task cancelled before it starts (an
             # instant reply) then leaves no coroutine that was never awaited.
-            typing = tasks.create_task(self._typing_loop(target))
+            typing = tasks.spawn(self._typing_loop, target)
         self._typing[target] = (count + 1, typing)
         try:
             yield

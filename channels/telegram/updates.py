@@ -1,5 +1,5 @@
-"""How Telegram updates enter the adapter: PTB's update queue that journals each one first, and
-the getUpdates request that steps over an update PTB cannot parse.
+"""How Telegram updates enter the adapter: PTB's update queue that journals each one first, the
+getUpdates request that steps over an update PTB cannot parse, and that parsing itself.
 
 Part of the Telegram adapter, so it may import `telegram`; of ours only the inbox's JSON type.
 """
@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-from telegram import Update
+from telegram import Bot, Update
 from telegram.request import HTTPXRequest
 
 from channels.inbox import Json
@@ -51,11 +51,21 @@ class UpdatesRequest(HTTPXRequest):
 
 
 def _readable(raw: Any) -> Json | None:
-    """`raw` if PTB can parse it; else its bare update_id, logged without any of its content."""
-    try:
-        Update.de_json(raw, None)
+    """`raw` if PTB can parse it; else its bare update_id (the skip is logged by read_update)."""
+    if read_update(raw, None) is not None:
         return cast(Json, raw)
-    except Exception as exc:  # PTB raises whatever its parsing of a strange field hits
+    update_id = raw.get("update_id") if isinstance(raw, dict) else None
+    return {"update_id": update_id} if isinstance(update_id, int) else None
+
+
+def read_update(raw: Any, bot: Bot | None) -> Update | None:
+    """The update PTB parses from `raw` (from the wire, or the inbox at a replay); None when it
+    cannot, logged without any of the update's content."""
+    try:
+        return Update.de_json(raw, bot)
+    except Exception as exc:  # PTB's parsing of a strange field raises whatever it hits (KeyError,
+        # TypeError, ValueError, RecursionError…); the data comes from outside, and one update
+        # must stop neither polling nor a start
         update_id = raw.get("update_id") if isinstance(raw, dict) else None
         kinds = sorted(str(k) for k in raw if k != "update_id") if isinstance(raw, dict) else []
         log.error(
@@ -65,7 +75,7 @@ def _readable(raw: Any) -> Json | None:
             type(exc).__name__,
         )
         log.debug("telegram unparseable update update_id=%s", update_id, exc_info=True)
-        return {"update_id": update_id} if isinstance(update_id, int) else None
+        return None
 
 
 def update_date(update: Update) -> int:
