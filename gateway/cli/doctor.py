@@ -20,9 +20,15 @@ from channels.discord.connect import probe_discord
 from channels.telegram.connect import probe_telegram
 from gateway.config.file import require_api_key
 from gateway.config.models import Config, McpServerConfig
-from gateway.errors import ConfigError, LLMError, LLMToolsUnsupportedError, WorkspaceLockedError
+from gateway.errors import (
+    ConfigError,
+    LLMError,
+    LLMStatusError,
+    LLMToolsUnsupportedError,
+    WorkspaceLockedError,
+)
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
-from gateway.llm.types import ToolSupport
+from gateway.llm.types import ChatResponse, ToolSupport
 from gateway.service.control import request, socket_path
 from gateway.service.lock import WorkspaceLock
 from gateway.tools.mcp import UP, probe
@@ -30,7 +36,10 @@ from memory.errors import EmbeddingError
 
 MIN_FREE_BYTES = 200 * 1024 * 1024  # sessions, media and the search index grow from here
 
-# A tool the model may or may not call: offered only to learn whether tools are accepted.
+PROBE_TOKENS = 64  # room for a tool call (and a little thinking), few enough to come back quickly
+
+# Offered with every model request of the check: once as the agent offers tools (the model may
+# call it or not), once forced by `tool_choice`, which a server that supports tools must honour.
 _PING_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -39,6 +48,13 @@ _PING_TOOL: dict[str, Any] = {
         "parameters": {"type": "object", "properties": {}},
     },
 }
+_FORCE_PING = {"type": "function", "function": {"name": "ping"}}
+_ASKED = [{"role": "user", "content": "Reply with the word OK."}]
+_TOLD = [{"role": "user", "content": "Call the ping tool."}]
+TOOLS_IGNORED = (
+    "tools ignored: the server answered text to a forced tool call; "
+    "consolidation will use plain-text JSON mode"
+)
 
 
 @dataclass(frozen=True)
@@ -113,34 +129,65 @@ async def check_lock(config: Config) -> Check:
 
 
 async def check_llm(config: Config) -> Check:
+    """The model answers a request as the agent sends it, and a call forced to a tool comes back
+    as that tool's call. `memgate setup` tests its answers with it."""
     llm = config.llm
     try:
         require_api_key(config)
     except ConfigError as exc:
         return Check("llm", False, str(exc))
-    support = ToolSupport("on")
     provider = OpenAIProvider(
         base_url=llm.base_url,
         api_key=llm.api_key,
         model=llm.model,
         timeout=llm.timeout,
         max_retries=0,
-        max_tokens=16,
-        tool_support=support,
+        max_tokens=PROBE_TOKENS,
+        tool_support=ToolSupport("on"),
     )
-    asked = [{"role": "user", "content": "Reply with the word OK."}]
     try:
-        try:
-            await provider.chat(asked, [_PING_TOOL])
-            tools = "tools supported"
-        except LLMToolsUnsupportedError:
-            await provider.chat(asked)
-            tools = "tools NOT supported (keep llm.tools: auto, or set it to off)"
-    except LLMError as exc:
-        return Check("llm", False, exc.cause)
+        return await _probe_llm(provider)
     finally:
         await provider.close()
-    return Check("llm", True, f"model {llm.model!r} at {provider.endpoint} answers; {tools}")
+
+
+async def _probe_llm(provider: OpenAIProvider) -> Check:
+    """The agent's request first (tools offered), then the forced one; one at a time, as a local
+    server with one slot would take them anyway."""
+    plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]))
+    if isinstance(plain, LLMToolsUnsupportedError):
+        bare = await _attempt(provider.chat(_ASKED))
+        if isinstance(bare, LLMError):
+            return Check("llm", False, bare.cause)
+        ok, tools = True, "tools NOT supported (keep llm.tools: auto, or set it to off)"
+    elif isinstance(plain, LLMError):
+        return Check("llm", False, plain.cause)
+    else:
+        forced = await _attempt(provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING))
+        ok, tools = _forced_verdict(forced)
+    return Check("llm", ok, f"model {provider.model!r} at {provider.endpoint} answers; {tools}")
+
+
+async def _attempt(call: Awaitable[ChatResponse]) -> ChatResponse | LLMError:
+    """The answer, or the model's error."""
+    try:
+        return await call
+    except LLMError as exc:
+        return exc
+
+
+def _forced_verdict(forced: ChatResponse | LLMError) -> tuple[bool, str]:
+    """What the answer to the forced call says of tool calling: (passes, what to print)."""
+    if isinstance(forced, LLMError):
+        refused = isinstance(forced, LLMStatusError) and forced.status in (400, 422)
+        if refused and "tool_choice" in str(forced):
+            return True, "tools supported; forcing one is refused, so consolidation asks with auto"
+        return False, f"a forced tool call failed: {forced.cause}"
+    if forced.tool_calls:
+        return True, "tools supported"
+    if forced.finish_reason == "length":
+        return True, f"tools unclear: the answer to a forced tool call passed {PROBE_TOKENS} tokens"
+    return True, TOOLS_IGNORED
 
 
 async def check_embeddings(config: Config) -> Check:

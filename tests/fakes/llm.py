@@ -81,6 +81,12 @@ def compaction_reply(body: dict[str, Any]) -> Reply:
     return tool_call("compact_memory", {"text": "\n".join(kept) + "\n"})
 
 
+def forced_tool(body: dict[str, Any]) -> str:
+    """The name of the tool a request's `tool_choice` forces ("" when it forces none)."""
+    choice = body.get("tool_choice")
+    return str(choice.get("function", {}).get("name", "")) if isinstance(choice, dict) else ""
+
+
 def last_user_text(body: dict[str, Any]) -> str:
     """The last user message's text, without memgate's runtime block."""
     for message in reversed(body.get("messages", [])):
@@ -324,6 +330,8 @@ class FakeLLM:
                     reply = text_consolidation_reply(body)
                 elif is_compaction(body) and not self.ignores_tools:
                     reply = compaction_reply(body)
+                elif forced_tool(body) and not self.ignores_tools:
+                    reply = tool_call(forced_tool(body), {})  # as a server honouring tool_choice
                 else:
                     reply = text(f"echo: {last_user_text(body)}")
                 delay, hold = self.delay, None

@@ -1,0 +1,84 @@
+"""`memgate doctor`'s live probes: tool calling proven by a forced call (the real CLI against the
+fake LLM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory.fileio import ensure_private_dir
+from tests.conftest import memgate
+from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram_api import TOKEN
+
+pytestmark = pytest.mark.timeout(60)
+
+FORCED_PING = {"type": "function", "function": {"name": "ping"}}
+
+
+def probe_config(tmp_path: Path, llm_url: str, *, timeout: float = 5, telegram: str = "") -> Path:
+    """A config with the model at `llm_url` and, given a Bot API URL, Telegram enabled."""
+    ensure_private_dir(tmp_path / "workspace")
+    ensure_private_dir(tmp_path / "state")
+    path = tmp_path / "config.yaml"
+    channel = (
+        f"""\
+channels:
+  telegram:
+    enabled: true
+    token: "{TOKEN}"
+    allow_from: ["42"]
+    base_url: {telegram}
+"""
+        if telegram
+        else ""
+    )
+    path.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+state_dir: {tmp_path / "state"}
+llm:
+  base_url: {llm_url}
+  api_key: sk-doctor-secret-0123456789
+  max_retries: 0
+  timeout: {timeout}
+{channel}"""
+    )
+    return path
+
+
+def llm_line(out: str) -> str:
+    [line] = [line for line in out.splitlines() if line[2:].startswith("llm:")]
+    return line
+
+
+async def test_doctor_forces_a_tool_call_and_says_tools_work(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """A server that answers a forced call with that tool's call is reported as supporting tools."""
+    config = probe_config(tmp_path, fake_llm.url)
+    code, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
+    assert code == 0, out + err
+    assert "tools supported" in llm_line(out)
+    assert FORCED_PING in [request.get("tool_choice") for request in fake_llm.requests]
+
+
+async def test_doctor_says_a_server_ignores_tools_when_a_forced_call_comes_back_as_text(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """A server that accepts tools but answers text to a forced call (as mockllm does) is named."""
+    fake_llm.ignores_tools = True
+    config = probe_config(tmp_path, fake_llm.url)
+    code, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
+    line = llm_line(out)
+    assert code == 0, out + err
+    assert line.startswith("✓ llm: ")
+    assert (
+        "tools ignored: the server answered text to a forced tool call; "
+        "consolidation will use plain-text JSON mode" in line
+    )
+    assert "tools supported" not in line
+    # The agent's own request (tools offered, nothing forced) was tried as well.
+    offered = [request for request in fake_llm.requests if request.get("tools")]
+    assert {str(request.get("tool_choice")) for request in offered} == {"None", str(FORCED_PING)}
