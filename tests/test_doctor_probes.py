@@ -1,16 +1,19 @@
-"""`memgate doctor`'s live probes: tool calling proven by a forced call (the real CLI against the
-fake LLM)."""
+"""`memgate doctor`'s live probes: tool calling proven by a forced call, and every check bounded
+and printed as it completes (the real CLI against the fake LLM and Bot API)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from memory.fileio import ensure_private_dir
 from tests.conftest import memgate
-from tests.fakes.llm import FakeLLM
-from tests.fakes.telegram_api import TOKEN
+from tests.fakes.llm import FakeLLM, text
+from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,3 +85,41 @@ async def test_doctor_says_a_server_ignores_tools_when_a_forced_call_comes_back_
     # The agent's own request (tools offered, nothing forced) was tried as well.
     offered = [request for request in fake_llm.requests if request.get("tools")]
     assert {str(request.get("tool_choice")) for request in offered} == {"None", str(FORCED_PING)}
+
+
+async def test_doctor_prints_each_line_as_it_completes_and_bounds_a_hanging_model(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Against a model that never answers, every other line (Telegram's too) comes while the model
+    still holds the request; the llm line comes last and says its timeout ran out."""
+    held = asyncio.Event()
+    for _ in range(3):
+        fake_llm.push(text("too late"), hold=held)
+    config = probe_config(tmp_path, fake_llm.url, timeout=2, telegram=fake_telegram.url)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "doctor", "--config", str(config)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MEMGATE_HOME": str(tmp_path)},
+    )
+    assert process.stdout is not None
+    lines: list[tuple[str, int]] = []  # each line, and how many model requests were held then
+    try:
+        async with asyncio.timeout(30):
+            while raw := await process.stdout.readline():
+                lines.append((raw.decode().rstrip("\n"), fake_llm.in_flight))
+            code = await process.wait()
+    finally:
+        held.set()
+    names = [line.split(":")[0][2:] for line, _ in lines]
+    assert names[0] == "config"
+    assert names[-1] == "llm", lines
+    assert {"workspace", "state", "lock", "telegram", "disk"} <= set(names[:-1])
+    telegram = names.index("telegram")
+    assert lines[telegram][1] >= 1, "the Telegram line waited for the model"
+    last, still_held = lines[-1]
+    assert last.startswith("✗ llm: ") and "no answer" in last
+    assert "within 2 s (llm.timeout)" in last
+    assert still_held >= 1, "the server gave up first, not the check"
+    assert code == 1

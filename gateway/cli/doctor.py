@@ -1,41 +1,33 @@
-"""`memgate doctor`: live checks of everything a first start depends on, one line each.
+"""`memgate doctor`'s live checks of everything a first start depends on, one line each.
 
 Each check gives ✓ or ✗ and, when it fails, what to change. Unlike `memgate status` (offline and
 fast), these calls reach the model, the embeddings endpoint, the chat platforms and the MCP
-servers (each started, asked for its tools and stopped).
+servers (each started, asked for its tools and stopped). They run side by side, each within its
+own timeout, and each line is reported as its check completes: an endpoint that hangs holds up
+only its own line, and that line says which timeout ran out. The lines that need no network are
+gateway/cli/checks.py's.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
-from pathlib import Path
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.base import ChannelConfigError
 from channels.discord.connect import probe_discord
 from channels.telegram.connect import probe_telegram
+from gateway.cli.checks import Check, bounded, check_lock, unanswered
 from gateway.config.file import require_api_key
 from gateway.config.models import Config, McpServerConfig
-from gateway.errors import (
-    ConfigError,
-    LLMError,
-    LLMStatusError,
-    LLMToolsUnsupportedError,
-    WorkspaceLockedError,
-)
+from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
-from gateway.llm.types import ChatResponse, ToolSupport
-from gateway.service.control import request, socket_path
-from gateway.service.lock import WorkspaceLock
+from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
 from gateway.tools.mcp import UP, probe
 from memory.errors import EmbeddingError
 
-MIN_FREE_BYTES = 200 * 1024 * 1024  # sessions, media and the search index grow from here
-
+CHANNEL_TIMEOUT = 10.0  # two small REST calls: getMe and the webhook; a login and the app's flags
+MCP_LIST_TIMEOUT = 5.0  # listing a started server's tools, after its start_timeout
 PROBE_TOKENS = 64  # room for a tool call (and a little thinking), few enough to come back quickly
 
 # Offered with every model request of the check: once as the agent offers tools (the model may
@@ -57,80 +49,54 @@ TOOLS_IGNORED = (
 )
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
+async def run_checks(config: Config, report: Callable[[Check], None]) -> bool:
+    """The live checks side by side, each handed to `report` as it completes; True if all passed.
 
-    def line(self) -> str:
-        return f"{'✓' if self.ok else '✗'} {self.name}: {self.detail}"
+    Each is bounded by its own timeout, so one that hangs delays no other line."""
+    passed = True
+
+    async def run(probe: Awaitable[Check]) -> None:
+        nonlocal passed
+        check = await probe
+        passed = passed and check.ok
+        report(check)
+
+    async with asyncio.TaskGroup() as group:
+        for probe in _live_checks(config):
+            group.create_task(run(probe))
+    return passed
 
 
-async def run_checks(config: Config) -> AsyncIterator[Check]:
-    """Every check in order; each runs even when an earlier one failed."""
-    for name, folder in (("workspace", config.workspace), ("state", config.state_dir)):
-        yield check_folder(name, folder)
-    yield await check_lock(config)
-    yield await check_llm(config)
+def _live_checks(config: Config) -> list[Awaitable[Check]]:
+    checks: list[Awaitable[Check]] = [check_lock(config), check_llm(config)]
     if config.memory.embeddings is not None:
-        yield await check_embeddings(config)
+        checks.append(check_embeddings(config))
     telegram, discord = config.channels.telegram, config.channels.discord
     if telegram.enabled:
-        yield await check_channel(
-            "telegram", probe_telegram(token=telegram.token, base_url=telegram.base_url)
-        )
+        probe = probe_telegram(token=telegram.token, base_url=telegram.base_url)
+        checks.append(check_channel("telegram", probe))
     if discord.enabled:
-        yield await check_channel(
-            "discord", probe_discord(token=discord.token, api_base=discord.api_base)
-        )
-    for name, server in config.tools.mcp_servers.items():
-        yield await check_mcp(name, server)
-    yield check_disk(config.workspace)
+        probe = probe_discord(token=discord.token, api_base=discord.api_base)
+        checks.append(check_channel("discord", probe))
+    checks += [check_mcp(name, server) for name, server in config.tools.mcp_servers.items()]
+    return checks
 
 
 async def check_channel(name: str, probe: Awaitable[str]) -> Check:
     """A chat platform's live probe: what it found, or why it refused the settings."""
-    try:
-        return Check(name, True, await probe)
-    except ChannelConfigError as exc:
-        return Check(name, False, str(exc))
 
+    async def described() -> Check:
+        try:
+            return Check(name, True, await probe)
+        except ChannelConfigError as exc:
+            return Check(name, False, str(exc))
 
-def check_folder(name: str, folder: Path) -> Check:
-    if not folder.exists():
-        return Check(name, True, f"{folder} will be created (mode 0700) at the first start")
-    mode = stat.S_IMODE(folder.stat().st_mode)
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return Check(
-            name, False, f"{folder} is not writable by you (fix: sudo chown -R $USER {folder})"
-        )
-    if mode & 0o077:
-        return Check(
-            name,
-            False,
-            f"{folder} has mode {mode:04o}, readable by others (fix: chmod 700 {folder})",
-        )
-    return Check(name, True, f"{folder} writable, owner-only ({mode:04o})")
-
-
-async def check_lock(config: Config) -> Check:
-    lock = WorkspaceLock(config.workspace, config.state_dir)
-    if not config.workspace.exists():
-        return Check("lock", True, "free")
-    try:
-        lock.acquire()
-    except WorkspaceLockedError as exc:
-        live = await request(socket_path(config.state_dir), {"op": "status"})
-        running = "the service answers on its control socket" if live else "no control socket"
-        return Check("lock", True, f"{exc.args[0].split(';')[0]} ({running})")
-    lock.release()
-    return Check("lock", True, "free (no memgate is running on this workspace)")
+    return await bounded(name, CHANNEL_TIMEOUT, name.capitalize(), "", described())
 
 
 async def check_llm(config: Config) -> Check:
     """The model answers a request as the agent sends it, and a call forced to a tool comes back
-    as that tool's call. `memgate setup` tests its answers with it."""
+    as that tool's call; each within llm.timeout. `memgate setup` tests its answers with it."""
     llm = config.llm
     try:
         require_api_key(config)
@@ -140,40 +106,54 @@ async def check_llm(config: Config) -> Check:
         base_url=llm.base_url,
         api_key=llm.api_key,
         model=llm.model,
-        timeout=llm.timeout,
+        # A second more than the check's bound, so that the bound, which names the key, speaks.
+        timeout=llm.timeout + 1,
         max_retries=0,
         max_tokens=PROBE_TOKENS,
         tool_support=ToolSupport("on"),
     )
     try:
-        return await _probe_llm(provider)
+        return await _probe_llm(provider, llm.timeout)
     finally:
         await provider.close()
 
 
-async def _probe_llm(provider: OpenAIProvider) -> Check:
+async def _probe_llm(provider: OpenAIProvider, limit: float) -> Check:
     """The agent's request first (tools offered), then the forced one; one at a time, as a local
     server with one slot would take them anyway."""
-    plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]))
+    timed_out = unanswered("llm", provider.endpoint, limit, "llm.timeout")
+    plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]), limit)
+    if plain is None:
+        return timed_out
     if isinstance(plain, LLMToolsUnsupportedError):
-        bare = await _attempt(provider.chat(_ASKED))
+        bare = await _attempt(provider.chat(_ASKED), limit)
+        if bare is None:
+            return timed_out
         if isinstance(bare, LLMError):
             return Check("llm", False, bare.cause)
         ok, tools = True, "tools NOT supported (keep llm.tools: auto, or set it to off)"
     elif isinstance(plain, LLMError):
         return Check("llm", False, plain.cause)
     else:
-        forced = await _attempt(provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING))
+        forced = await _attempt(provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING), limit)
+        if forced is None:
+            return timed_out
         ok, tools = _forced_verdict(forced)
     return Check("llm", ok, f"model {provider.model!r} at {provider.endpoint} answers; {tools}")
 
 
-async def _attempt(call: Awaitable[ChatResponse]) -> ChatResponse | LLMError:
-    """The answer, or the model's error."""
+async def _attempt(call: Awaitable[ChatResponse], limit: float) -> ChatResponse | LLMError | None:
+    """The answer, the model's error, or None when `limit` seconds passed without either."""
+    deadline = asyncio.timeout(limit)
     try:
-        return await call
+        async with deadline:
+            return await call
     except LLMError as exc:
         return exc
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # not this bound's: the provider turns its own timeouts into LLMError
+        return None
 
 
 def _forced_verdict(forced: ChatResponse | LLMError) -> tuple[bool, str]:
@@ -197,19 +177,29 @@ async def check_embeddings(config: Config) -> Check:
         base_url=settings.base_url,
         api_key=settings.api_key,
         model=settings.model,
-        timeout=settings.timeout,
+        timeout=settings.timeout + 1,  # the check's bound, which names the key, speaks first
     )
+
+    async def embedded() -> Check:
+        try:
+            [vector] = await embedder.embed(["ping"])
+        except (EmbeddingError, ValueError) as exc:
+            return Check(
+                "embeddings",
+                False,
+                f"{exc} (memory.embeddings.base_url / .model / .api_key; "
+                "search falls back to keywords)",
+            )
+        answer = f"model {settings.model!r} answers ({len(vector)} dimensions)"
+        return Check("embeddings", True, answer)
+
+    source = endpoint_of(settings.base_url)
     try:
-        [vector] = await embedder.embed(["ping"])
-    except (EmbeddingError, ValueError) as exc:
-        return Check(
-            "embeddings",
-            False,
-            f"{exc} (memory.embeddings.base_url / .model / .api_key; search falls back to keywords)",
+        return await bounded(
+            "embeddings", settings.timeout, source, "memory.embeddings.timeout", embedded()
         )
     finally:
         await embedder.close()
-    return Check("embeddings", True, f"model {settings.model!r} answers ({len(vector)} dimensions)")
 
 
 async def check_mcp(name: str, settings: McpServerConfig) -> Check:
@@ -217,6 +207,13 @@ async def check_mcp(name: str, settings: McpServerConfig) -> Check:
     label = f"mcp {name}"
     if not settings.enabled:
         return Check(label, True, f"disabled (tools.mcp_servers.{name}.enabled)")
+    # A backstop: the server's start is bounded by start_timeout already, listing its tools not.
+    limit = settings.start_timeout + MCP_LIST_TIMEOUT
+    setting = f"tools.mcp_servers.{name}.start_timeout + {MCP_LIST_TIMEOUT:g} s"
+    return await bounded(label, limit, "the server", setting, _started(label, name, settings))
+
+
+async def _started(label: str, name: str, settings: McpServerConfig) -> Check:
     connection = await probe(name, settings)
     if connection.state != UP:
         return Check(
@@ -228,14 +225,3 @@ async def check_mcp(name: str, settings: McpServerConfig) -> Check:
     tools = ", ".join(tool.qualified for tool in connection.tools) or "none"
     scopes = "+".join(settings.scopes)
     return Check(label, True, f"up; {len(connection.tools)} tool(s) for {scopes}: {tools}")
-
-
-def check_disk(workspace: Path) -> Check:
-    where = workspace
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    free = shutil.disk_usage(where).free
-    shown = f"{free / 1024**3:.1f} GiB free on {where}"
-    if free < MIN_FREE_BYTES:
-        return Check("disk", False, f"only {shown}: free some space")
-    return Check("disk", True, shown)
