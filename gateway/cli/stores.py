@@ -161,13 +161,13 @@ async def _consolidate(config: Config, key: str | None, everything: bool) -> int
         keys = runtime.sessions.keys() if everything else [key or ""]
         if key and not runtime.sessions.path_for(key).exists():
             raise UsageError(f"no session {key!r} in {runtime.sessions.root}")
-        if sys.stderr.isatty():
-            consolidator.progress = _progress_line
+        bar = _ProgressLine() if sys.stderr.isatty() else None
+        consolidator.progress = bar
         for name in keys:
             consolidator.enqueue(Job(name, name, everything=True))
         await consolidator.wait_idle()
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
+        if bar is not None:
+            bar.close()
         pending = 0
         for name in keys:
             session = await runtime.sessions.get(name)
@@ -181,11 +181,25 @@ async def _consolidate(config: Config, key: str | None, everything: bool) -> int
     return 0 if pending == 0 and not raw else 1
 
 
-def _progress_line(key: str, done: int, total: int) -> None:
+class _ProgressLine:
+    """A session's bar over its pending messages, redrawn in place; a finished one keeps its line."""
+
     width = 30
-    filled = width * done // max(total, 1)
-    bar = "#" * filled + "." * (width - filled)
-    print(f"\r{key[:30]:30} [{bar}] {done}/{total} messages", end="", file=sys.stderr, flush=True)
+
+    def __init__(self) -> None:
+        self.open = False  # a bar is drawn without its newline yet
+
+    def __call__(self, key: str, done: int, total: int) -> None:
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "." * (self.width - filled)
+        self.open = done < total
+        end = "" if self.open else "\n"
+        line = f"\r{key[:30]:30} [{bar}] {done}/{total} messages"
+        print(line, end=end, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.open:
+            print(file=sys.stderr)
 
 
 def _restore(files: MemoryFiles, version: str | None) -> int:

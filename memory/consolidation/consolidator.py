@@ -73,6 +73,8 @@ class Job:
     # Its tool schemas, which every request carries too: the scope's own list, only read.
     tools: list[dict[str, Any]] = field(default_factory=list)
     everything: bool = False  # consolidate all of it (archives, the CLI), not just what is due
+    # The session's pointer when the job first ran: progress counts from it over every run.
+    origin: int | None = None
 
 
 @dataclass
@@ -117,6 +119,8 @@ class Consolidator:
         self.runs = 0
         # Chunks written raw since start, by session: the CLI reports them as not consolidated.
         self.ended_raw: dict[str, int] = {}
+        # Called with (key, done, total) as a job starts and after each chunk: messages of the
+        # job consolidated so far, of the messages it consolidates (the CLI draws a bar).
         self.progress: Callable[[str, int, int], None] | None = None
         self._queue: WorkQueue[Job] = WorkQueue("consolidator", self.process, self._retry_in)
 
@@ -234,6 +238,9 @@ class Consolidator:
                 return False
             chunks = await asyncio.to_thread(self._chunks, session, end, not job.everything)
             end = max(end, chunks[-1][1]) if chunks else end  # the last chunk may take more
+            if job.origin is None:  # its first run: the bar appears before the first call
+                job.origin = session.last_consolidated
+                self._report(session.key, job.origin, job.origin, end)
             outcome = Outcome()
             for start, stop in chunks[:MAX_CHUNKS_PER_RUN]:
                 if not await self._consolidate_chunk(session, start, stop):
@@ -241,8 +248,7 @@ class Consolidator:
                     break
                 outcome.chunks += 1
                 outcome.messages += stop - start
-                if self.progress is not None:
-                    self.progress(session.key, stop, end)
+                self._report(session.key, job.origin, stop, end)
             self.runs += 1
             log.info(
                 "consolidated session=%s chunks=%d messages=%d pointer=%d failed=%s",
@@ -253,6 +259,10 @@ class Consolidator:
                 outcome.failed,
             )
             return not outcome.failed and len(chunks) > MAX_CHUNKS_PER_RUN and job.everything
+
+    def _report(self, key: str, origin: int, reached: int, end: int) -> None:
+        if self.progress is not None:
+            self.progress(key, reached - origin, end - origin)
 
     def _with_memory(self, session: Session) -> bool:
         return not session.group or self.settings.shared_groups
