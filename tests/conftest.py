@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import pty
+import random
 import re
 import select
 import signal
@@ -13,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -94,11 +96,37 @@ async def fake_discord() -> AsyncIterator[FakeDiscord]:
         await discord_api.stop_fake_discord(fake, runner)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where connections are refused for the whole test: bound and held but
+    never listening, so no server of a parallel worker can be given it meanwhile."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
+
+
+_PORT_BLOCK = 400  # ports per xdist worker, from 20000 up: 30 workers fit below 32768
+_next_port = itertools.count(random.randrange(_PORT_BLOCK))
+
+
+def listen_port() -> int:
+    """A free port on 127.0.0.1 for a child process to listen on (`health.listen`).
+
+    Below the kernel's ephemeral range, so no socket bound to port 0 (every fake server) or
+    connecting out is given it before the child binds it; and in a block of its own per xdist
+    worker, so two workers never hand out the same one.
+    """
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = 20000 + worker * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = first + next(_next_port) % _PORT_BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # taken by something else on this machine: try the next
+                continue
+        return port
+    raise RuntimeError(f"no free port in {first}-{first + _PORT_BLOCK - 1}")
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memory.fileio import ensure_private_dir
-from tests.conftest import free_port, memgate
+from tests.conftest import memgate
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
@@ -75,10 +75,10 @@ async def test_doctor_passes_against_healthy_fakes(
 
 
 async def test_doctor_names_the_keys_to_fix(
-    tmp_path: Path, fake_telegram: FakeTelegram, fake_discord: FakeDiscord
+    tmp_path: Path, fake_telegram: FakeTelegram, fake_discord: FakeDiscord, refused_port: int
 ) -> None:
     """A wrong Telegram token and a dead model: two ✗ lines naming the keys, exit 1."""
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+    dead = f"http://127.0.0.1:{refused_port}/v1"
     config = doctor_config(tmp_path, dead, fake_telegram, fake_discord, "123:wrong-token")
     code, out, _ = await memgate("doctor", "--config", str(config), home=tmp_path)
     failed = [line for line in out.splitlines() if line.startswith("✗ ")]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from memory.consolidation.consolidator import Job
-from tests.conftest import RuntimeFactory, free_port, inbound, memgate
+from tests.conftest import RuntimeFactory, inbound, memgate
 from tests.fakes.llm import FakeLLM, error
 
 CASES = [
@@ -60,10 +60,11 @@ async def test_llm_failure_is_one_line_and_the_reply_names_the_cause(
     reply: dict[str, Any] | None,
     overrides: dict[str, Any],
     cause: str,
+    refused_port: int,
 ) -> None:
     """One WARNING line (no traceback below DEBUG), and a private reply that names the cause."""
     if overrides.get("llm", {}).get("base_url") == "dead":
-        overrides = {"llm": {"base_url": f"http://127.0.0.1:{free_port()}/v1"}}
+        overrides = {"llm": {"base_url": f"http://127.0.0.1:{refused_port}/v1"}}
     if name == "no-tools":
         fake_llm.tools_unsupported = True
     if reply is not None:

@@ -13,7 +13,7 @@ from mcp.types import Tool as McpTool
 
 from gateway.service.app import Runtime
 from gateway.tools.mcp import RESTARTING, UP, McpServers, offered_tools
-from tests.conftest import RuntimeFactory, free_port, inbound
+from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import serve_http, stdio_server
 
@@ -85,7 +85,7 @@ async def test_http_server_gets_its_headers_and_answers(
 ) -> None:
     """Over streamable HTTP on loopback the configured headers arrive and demo__add answers."""
     entry = {"url": "", "headers": {"Authorization": "Bearer mcp-secret-token-123"}}
-    async with serve_http(free_port()) as url:
+    async with serve_http() as url:
         entry["url"] = url
         async with make_runtime(servers(web=entry)) as runtime:
             secrets = runtime.config.secrets()
@@ -147,10 +147,13 @@ async def test_a_crashed_server_is_unavailable_then_restarted(
 
 
 async def test_a_server_that_fails_to_start_is_logged_once_and_skipped(
-    make_runtime: RuntimeFactory, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+    refused_port: int,
 ) -> None:
     """memgate starts; one warning line per broken server; the working server's tools answer."""
-    gone = f"http://127.0.0.1:{free_port()}/mcp"
+    gone = f"http://127.0.0.1:{refused_port}/mcp"
     config = servers(
         broken={"command": "/nonexistent/mcp-server", "env": {"TOKEN": "env-secret-value-9"}},
         gone={"url": gone},

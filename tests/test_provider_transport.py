@@ -10,7 +10,6 @@ import pytest
 
 from gateway.errors import LLMConnectionError, LLMTimeoutError
 from gateway.llm.provider import OpenAIProvider
-from tests.conftest import free_port
 from tests.fakes.llm import FakeLLM, drop, text
 
 HI = [{"role": "user", "content": "hi"}]
@@ -137,6 +136,6 @@ async def test_the_environment_proxy_carries_the_calls(
 
 
 @pytest.fixture
-def free_url() -> str:
+def free_url(refused_port: int) -> str:
     """A base URL on loopback where nothing listens."""
-    return f"http://127.0.0.1:{free_port()}/v1"
+    return f"http://127.0.0.1:{refused_port}/v1"

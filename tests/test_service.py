@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import free_port, memgate, wait_for_log
+from tests.conftest import listen_port, memgate, wait_for_log
 from tests.fakes.discord_api import (
     ALICE,
     DM,
@@ -103,7 +103,7 @@ async def test_run_answers_reports_health_and_stops_cleanly_on_sigterm(
 ) -> None:
     """Telegram and Discord are answered, health and metrics are real, a second run is refused,
     and SIGTERM mid-turn still answers, exits 0 and leaves every file valid."""
-    port = free_port()
+    port = listen_port()
     config = write_config(tmp_path, fake_llm, fake_telegram, fake_discord, port)
     log = tmp_path / "memgate.log"
     process = await start(config, log)

@@ -1,9 +1,10 @@
 """A small MCP server written with the official `mcp` SDK, for tests and for trying memgate out.
 
 `python -m tests.fakes.mcp_server stdio` serves it on stdin/stdout; `... http --port N` serves it
-over streamable HTTP on 127.0.0.1:N at /mcp. Its tools: `add`, `sleep` (outlives a short timeout),
-`shout` (a long text), `picture` (an image block), `crash` (the process exits mid-call) and
-`whoami` (echoes the request's headers or environment, to check what memgate passes on).
+over streamable HTTP on 127.0.0.1:N at /mcp (N=0: a free port, named on stdout). Its tools:
+`add`, `sleep` (outlives a short timeout), `shout` (a long text), `picture` (an image block),
+`crash` (the process exits mid-call) and `whoami` (echoes the request's headers or environment,
+to check what memgate passes on).
 Each start appends a line to the file named by `$FAKE_MCP_STARTS`, so a test can wait for a restart.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import base64
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -79,32 +81,29 @@ def stdio_server(**extra: object) -> dict[str, object]:
 
 
 @asynccontextmanager
-async def serve_http(port: int) -> AsyncIterator[str]:
-    """Run this server over streamable HTTP on 127.0.0.1:`port`; yields its URL once it listens."""
+async def serve_http() -> AsyncIterator[str]:
+    """Run this server over streamable HTTP on a port of its own; yields its URL once it listens.
+
+    The child binds port 0 and says which port it got, so no other process can take the port
+    between its choice and the bind.
+    """
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.fakes.mcp_server",
         "http",
         "--port",
-        str(port),
-        stdout=asyncio.subprocess.DEVNULL,
+        "0",
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
+        assert process.stdout is not None
         async with asyncio.timeout(20):
-            while True:  # the condition: the port accepts a connection
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    if process.returncode is not None:
-                        raise RuntimeError("the fake MCP server exited at start") from None
-                    await asyncio.sleep(0.05)
-                    continue
-                writer.close()
-                await writer.wait_closed()
-                break
-        yield f"http://127.0.0.1:{port}/mcp"
+            line = await process.stdout.readline()  # "serving on 127.0.0.1:PORT", once it listens
+        if not line.startswith(b"serving on "):
+            raise RuntimeError("the fake MCP server exited at start")
+        yield f"http://{line.decode().split()[-1]}/mcp"
     finally:
         if process.returncode is None:
             process.terminate()
@@ -122,9 +121,17 @@ def main() -> None:
             handle.write(f"{os.getpid()}\n")
     if args.transport == "stdio":
         server.run("stdio")
-    else:
-        print(f"serving on 127.0.0.1:{args.port}", file=sys.stderr)
-        server.run("streamable-http", host="127.0.0.1", port=args.port)
+        return
+    import uvicorn  # the web server only for HTTP: a stdio start stays quick
+
+    # Bound here rather than by uvicorn, so that with --port 0 the line can name the port.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen()
+    print(f"serving on 127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    app = server.streamable_http_app(host="127.0.0.1")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import deep_merge, free_port
+from tests.conftest import deep_merge, listen_port
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
@@ -51,7 +51,7 @@ class Gateway:
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the child
     process: asyncio.subprocess.Process | None = None
     starts: int = 0
-    port: int = field(default_factory=free_port)
+    port: int = field(default_factory=listen_port)
 
     @property
     def config_path(self) -> Path:
