@@ -858,6 +858,27 @@ async def test_webhook_mode_serves_updates_with_the_secret(
     assert pending_ids(tmp_path) == set()
 
 
+async def test_a_webhook_telegram_refuses_fails_start_clearly(
+    fake: FakeTelegram, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """setWebhook answered 400: run() ends at once with a configuration error giving Telegram's
+    reason (exit 78 in the CLI), not a retry, nor the bare SDK error."""
+    pytest.importorskip("tornado")
+    reason = "Bad Request: bad webhook: HTTPS url must be provided for webhook"
+    fake.fail_next("setWebhook", 400, reason)
+    channel = make_channel(
+        fake,
+        tmp_path,
+        Recorder(),
+        webhook_url="https://bot.example.org/tg-hook",
+        webhook_listen=f"127.0.0.1:{unused_tcp_port}",
+    )
+    with pytest.raises(TelegramConfigError, match="url must be provided for webhook"):
+        await channel.run()
+    assert len(fake.calls_to("setWebhook")) == 1
+    assert not channel.connected
+
+
 async def test_an_instant_answer_leaves_no_unawaited_typing_coroutine(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:

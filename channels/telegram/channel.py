@@ -12,6 +12,7 @@ delivery, state). Those modules are the only ones that import `telegram`; of our
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import secrets
@@ -20,10 +21,9 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from telegram import Bot, Message, Update
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
 from channels.admission import Decision, Request, Verdict
@@ -34,11 +34,12 @@ from channels.pairing import PairingStore
 from channels.reception import Reception
 from channels.tasks import MessageTasks
 from channels.telegram.connect import (
-    close_logged,
+    App,
     file_url,
-    log_polling_error,
     register_commands,
     retrying,
+    start_updates,
+    stop_updates,
 )
 from channels.telegram.delivery import Target, TelegramDelivery
 from channels.telegram.media import attachments, download
@@ -50,8 +51,6 @@ from gateway.config.models import TelegramConfig
 
 log = logging.getLogger(__name__)
 
-POLL_TIMEOUT = 30  # seconds a getUpdates long poll is held open
-ALLOWED_UPDATES = (Update.MESSAGE,)
 UNSUPPORTED = "I can only read text, photos, voice messages and files."
 # Admission's request and decision, and how the message addresses the bot; None: not a person's
 # message (a channel post).
@@ -94,7 +93,7 @@ class TelegramChannel:
         self._state_dir = Path(state_dir)
         self._webhook_secret = settings.webhook_secret or secrets.token_urlsafe(32)
         self._grace = shutdown_grace
-        self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self._app: App | None = None
         self._started = False
         self._up = asyncio.Event()  # set while connected
         self._bot_id = int(token.split(":", 1)[0]) if token.split(":", 1)[0].isdigit() else 0
@@ -122,12 +121,47 @@ class TelegramChannel:
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Connect, serve updates until cancelled, then stop polling and close, in that order."""
+        """Connect, serve updates until cancelled, then stop taking updates, give running turns
+        the grace, and close, in that order."""
         if self._started:
             raise RuntimeError("TelegramChannel.run() was already started")
         self._started = True
-        # Our own request objects, so their connections close even when initialize() failed.
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(log.info, "telegram stopped")  # last out, however run() ends
+            app = self._build(stack)
+            await retrying("connect", app.initialize)
+            # Initialized above (retried); PTB's context manager shuts it down on the way out.
+            await stack.enter_async_context(app)
+            self._bot_id, self._bot_username = app.bot.id, app.bot.username or ""
+            # Keyed by the bot's id (public, unlike the token): another bot starts afresh.
+            self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
+            await asyncio.to_thread(self._cursor.load)
+            pending = await asyncio.to_thread(self._open_inbox)
+            stack.callback(self._close_inbox)
+            await register_commands(app.bot, self._commands.menu)
+            async with self._tasks.running(self._grace):
+                await app.start()
+                try:
+                    await self._replay(app, pending)
+                    start = partial(start_updates, app, self._settings, self._webhook_secret)
+                    await retrying("start", start)
+                    self._up.set()
+                    log.info(
+                        "telegram connected bot=@%s mode=%s",
+                        self._bot_username,
+                        "webhook" if self._settings.webhook_url else "polling",
+                    )
+                    await asyncio.Event().wait()  # serve until cancelled
+                finally:
+                    self._up.clear()
+                    await stop_updates(app)  # running turns get the grace after this
+
+    def _build(self, stack: contextlib.AsyncExitStack) -> App:
+        """The application on our own request objects, each closed by `stack` at the end: PTB's
+        shutdown() closes them too, but does nothing after a failed initialize()."""
         requests = (HTTPXRequest(connection_pool_size=64), UpdatesRequest(connection_pool_size=1))
+        for request in requests:
+            stack.push_async_callback(request.shutdown)
         app = (
             ApplicationBuilder()
             .token(self._token)
@@ -142,64 +176,7 @@ class TelegramChannel:
         app.add_handler(TypeHandler(Update, self._on_update))
         app.add_error_handler(self._on_error)
         self._app = app
-        try:
-            await retrying("connect", app.initialize)
-            self._bot_id, self._bot_username = app.bot.id, app.bot.username or ""
-            # Keyed by the bot's id (public, unlike the token): another bot starts afresh.
-            self._cursor = UpdateCursor(self._state_dir / f"telegram-{self._bot_id}.json")
-            await asyncio.to_thread(self._cursor.load)
-            pending = await asyncio.to_thread(self._open_inbox)
-            await register_commands(app.bot, self._commands.menu)
-            async with self._tasks.running(self._grace):
-                await app.start()
-                try:
-                    await self._replay(app, pending)
-                    await retrying("start", self._start_updates)
-                    self._up.set()
-                    log.info(
-                        "telegram connected bot=@%s mode=%s",
-                        self._bot_username,
-                        "webhook" if self._settings.webhook_url else "polling",
-                    )
-                    await asyncio.Event().wait()  # serve until cancelled
-                finally:
-                    self._up.clear()
-                    await self._stop_updates(app)
-        finally:
-            if self._inbox is not None:
-                self._inbox.close()
-            await close_logged("shutdown", app.shutdown)
-            for request in requests:
-                await close_logged("request shutdown", request.shutdown)
-            log.info("telegram stopped")
-
-    async def _start_updates(self) -> None:
-        assert self._app is not None and self._app.updater is not None
-        webhook_url = self._settings.webhook_url
-        if webhook_url:
-            host, port = self._settings.webhook_address
-            await self._app.updater.start_webhook(
-                listen=host,
-                port=port,
-                url_path=urlsplit(webhook_url).path.lstrip("/"),
-                webhook_url=webhook_url,
-                secret_token=self._webhook_secret,
-                allowed_updates=ALLOWED_UPDATES,
-                max_connections=1,  # in order, so update_ids only grow
-            )
-        else:
-            await self._app.updater.start_polling(
-                timeout=POLL_TIMEOUT,
-                allowed_updates=ALLOWED_UPDATES,
-                error_callback=log_polling_error,
-            )
-
-    async def _stop_updates(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        """No new updates; hand over the ones fetched (running turns get the grace after this)."""
-        if app.updater is not None and app.updater.running:
-            await close_logged("updater stop", app.updater.stop)
-        if app.running:
-            await close_logged("stop", app.stop)
+        return app
 
     # -- updates ----------------------------------------------------------------------------------
     def _receive(self, item: object) -> bool:
@@ -247,9 +224,7 @@ class TelegramChannel:
         log.error("telegram could not take update update_id=%s", update_id, exc_info=context.error)
         self._finish(update_id)
 
-    async def _replay(
-        self, app: Application[Any, Any, Any, Any, Any, Any], pending: list[Json]
-    ) -> None:
+    async def _replay(self, app: App, pending: list[Json]) -> None:
         """Take again, oldest first, the updates a previous run received but never finished,
         through PTB's dispatch like a new one. The agent skips a message it already stored, so
         one whose turn had begun is not doubled."""
@@ -451,3 +426,7 @@ class TelegramChannel:
         """Open the inbox journal (blocking); returns the updates left unfinished last time."""
         self._inbox = Inbox(self._state_dir / f"telegram-{self._bot_id}-inbox.jsonl")
         return self._inbox.open_or_log()
+
+    def _close_inbox(self) -> None:
+        if self._inbox is not None:
+            self._inbox.close()
