@@ -29,28 +29,25 @@ from channels.discord.connect import (
 )
 from channels.discord.live import MESSAGE_LIMIT, live_reply
 from channels.discord.messages import (
-    attachment_kind,
     clean_content,
     inbound_from,
     inbox_record,
     keep_typing,
     mentions,
+    read_attachments,
 )
 from channels.errors import DiscordChannelError
 from channels.inbox import Inbox, Json, Send, settle
 from channels.live import LiveReply, Pacer
-from channels.media_names import safe_name
 from channels.pairing import PairingStore
 from channels.reception import Reception
 from channels.tasks import MessageTasks
-from gateway.bus import Handler, InboundMessage, OutboundMessage, media_folder
+from gateway.bus import Handler, InboundMessage, OutboundMessage
 from gateway.config.models import DiscordConfig
-from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
 _LOGIN_TIMEOUT = 30.0
-_DOWNLOAD_TIMEOUT = 60.0
 _SEND_TIMEOUT = 90.0  # above max_ratelimit_timeout, so a honoured 429 does not count as a failure
 _MAX_RATELIMIT_WAIT = 60.0  # a longer retry_after fails the send instead of stalling the reply
 _LOGIN_BACKOFF = (1.0, 60.0)  # first and largest delay between login attempts
@@ -294,7 +291,7 @@ class DiscordChannel:
         self, message: discord.Message, text: str, mentioned: bool, live: LiveReply | None
     ) -> OutboundMessage | None:
         """Build the inbound message and run the handler (which answers its own errors)."""
-        text, media = await self._with_attachments(message, text)
+        text, media = await read_attachments(message, text, self._workspace, self._max_media_bytes)
         inbound = InboundMessage(
             channel=self.name,
             chat_id=str(message.channel.id),  # DM channel, guild channel or thread
@@ -311,54 +308,6 @@ class DiscordChannel:
             return await self._handler(inbound)
         async with live.showing():
             return await self._handler(inbound, stream=live)
-
-    async def _with_attachments(
-        self, message: discord.Message, text: str
-    ) -> tuple[str, tuple[str, ...]]:
-        """Download the attachments; the text with one line per attachment, and their paths."""
-        lines = [text] if text else []
-        media: list[str] = []
-        for attachment in message.attachments:
-            kind = attachment_kind(attachment.content_type)
-            path = await self._save(message, attachment)
-            if path is None:
-                lines.append(f"[{kind}: {attachment.filename} (not downloaded)]")
-            else:
-                media.append(path)
-                lines.append(f"[{kind}: {path}]")
-        return "\n".join(lines), tuple(media)
-
-    async def _save(self, message: discord.Message, attachment: discord.Attachment) -> str | None:
-        """Download an attachment under media/discord/<chat>/; the workspace-relative path, or None."""
-        if attachment.size > self._max_media_bytes:
-            log.warning(
-                "discord attachment over the size cap message_id=%s size=%d cap=%d",
-                message.id,
-                attachment.size,
-                self._max_media_bytes,
-            )
-            return None
-        try:
-            async with asyncio.timeout(_DOWNLOAD_TIMEOUT):
-                data = await attachment.read()
-        except NETWORK_ERRORS as exc:
-            log.warning(
-                "discord attachment download failed message_id=%s error=%r", message.id, exc
-            )
-            return None
-        if len(data) > self._max_media_bytes:
-            return None
-        # One folder per chat: a chat's scope reaches its own attachments and no one else's.
-        folder = media_folder(self.name, str(message.channel.id))
-        relative = (
-            f"{folder}/{message.id}-{attachment.id}-{safe_name(attachment.filename) or 'file'}"
-        )
-        try:
-            await asyncio.to_thread(atomic_write, self._workspace / relative, data)
-        except OSError as exc:
-            log.error("discord attachment not saved path=%s error=%r", relative, exc)
-            return None
-        return relative
 
     # -- the inbox -----------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Discord messages read and kept: whether one addresses the bot, its text with our mentions
-removed, the inbox record that outlives a restart, and the typing indicator.
+removed, its attachments saved, the inbox record that outlives a restart, and the typing
+indicator.
 
 Part of the Discord adapter, so it uses `discord` (imported through channels.discord.connect);
-of ours `gateway.bus` and the inbox's JSON type.
+of ours `gateway.bus`, `memory.fileio`, the inbox's JSON type and safe file names.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from pathlib import Path
 
 from channels.discord.connect import NETWORK_ERRORS, discord
 from channels.inbox import Json
-from gateway.bus import InboundMessage
+from channels.media_names import safe_name
+from gateway.bus import InboundMessage, media_folder
+from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 8.0  # Discord shows "typing…" for about 10 s per request
+_DOWNLOAD_TIMEOUT = 60.0
 
 
 def mentions(message: discord.Message, me_id: int) -> bool:
@@ -42,6 +47,56 @@ def clean_content(message: discord.Message, me_id: int) -> str:
             name = f"@{user.display_name}"
             text = text.replace(f"<@{user.id}>", name).replace(f"<@!{user.id}>", name)
     return text.strip()
+
+
+async def read_attachments(
+    message: discord.Message, text: str, workspace: Path, cap: int
+) -> tuple[str, tuple[str, ...]]:
+    """Download the attachments (each at most `cap` bytes); the text with one line per
+    attachment, and the saved files' workspace paths."""
+    lines = [text] if text else []
+    media: list[str] = []
+    for attachment in message.attachments:
+        kind = attachment_kind(attachment.content_type)
+        path = await _save(message, attachment, workspace, cap)
+        if path is None:
+            lines.append(f"[{kind}: {attachment.filename} (not downloaded)]")
+        else:
+            media.append(path)
+            lines.append(f"[{kind}: {path}]")
+    return "\n".join(lines), tuple(media)
+
+
+async def _save(
+    message: discord.Message, attachment: discord.Attachment, workspace: Path, cap: int
+) -> str | None:
+    """Download an attachment under media/discord/<chat>/; the workspace-relative path, or None."""
+    if attachment.size > cap:
+        log.warning(
+            "discord attachment over the size cap message_id=%s size=%d cap=%d",
+            message.id,
+            attachment.size,
+            cap,
+        )
+        return None
+    try:
+        async with asyncio.timeout(_DOWNLOAD_TIMEOUT):
+            data = await attachment.read()
+    except NETWORK_ERRORS as exc:
+        log.warning("discord attachment download failed message_id=%s error=%r", message.id, exc)
+        return None
+    if len(data) > cap:
+        return None
+    # One folder per chat: a chat's scope reaches its own attachments and no one else's.
+    folder = media_folder("discord", str(message.channel.id))
+    name = safe_name(attachment.filename) or "file"
+    relative = f"{folder}/{message.id}-{attachment.id}-{name}"
+    try:
+        await asyncio.to_thread(atomic_write, workspace / relative, data)
+    except OSError as exc:
+        log.error("discord attachment not saved path=%s error=%r", relative, exc)
+        return None
+    return relative
 
 
 async def keep_typing(channel: discord.abc.Messageable) -> None:

@@ -192,11 +192,9 @@ class TelegramChannel:
             return False
         try:
             judged = self._judge(item.message) if item.message is not None else None
-        except (
-            Exception
-        ):  # PTB's polling loop (or webhook) calls this through the update queue, and
-            # anything but a TelegramError ends its polling for good: an update that cannot be
-            # judged is dropped and logged, never that.
+        except Exception:  # protects PTB's fetching: polling (or the webhook) calls this through
+            # the update queue, and anything but a TelegramError there ends polling for good; an
+            # update that cannot be judged is dropped and logged instead
             log.exception("telegram could not judge update update_id=%s", item.update_id)
             judged = None
         self._judged[item.update_id] = judged
