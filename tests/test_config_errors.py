@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+
+from gateway.config.file import load_config
+from gateway.service.access import reload_access
 from tests.conftest import memgate
 
 PREFIX = "memgate: configuration error: "
@@ -70,3 +75,19 @@ async def test_one_mistake_is_still_one_line(tmp_path: Path) -> None:
     code, _, err = await memgate("status", "--config", str(config), home=tmp_path)
     assert code == 78 and err.count("\n") == 1, err
     assert f"{config}:3: health.listen = 'localhost': must be host:port" in err
+
+
+def test_a_reload_refused_for_several_problems_logs_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGHUP on a file with two problems keeps the running settings and logs one line naming
+    both, not a record spread over several lines."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"workspace: {tmp_path / 'ws'}\n")
+    current = load_config(path, must_exist=True)
+    path.write_text(f"workspace: {tmp_path / 'ws'}\nllm:\n  temperature: 5\ncolour: blue\n")
+    with caplog.at_level(logging.ERROR, logger="gateway.service.access"):
+        assert reload_access(current, []) is current
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "\n" not in message and "llm.temperature" in message and "colour" in message

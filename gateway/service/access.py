@@ -38,7 +38,9 @@ def reload_access(current: Config, channels: Iterable[AccessControlled]) -> Conf
     try:
         fresh = load_config(current.source, must_exist=True)
     except ConfigError as exc:
-        log.error("reload refused, the running settings stay: %s", exc)
+        # One log line, though a file with several problems names each on a line of its own.
+        problems = str(exc).replace("\n", "; ")
+        log.error("reload refused, the running settings stay: %s", problems)
         return current
     sections = {
         name: getattr(current.channels, name).model_copy(
