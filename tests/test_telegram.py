@@ -16,6 +16,7 @@ import pytest
 import channels.telegram.channel
 import channels.telegram.delivery
 from channels.base import ChannelConfigError
+from channels.pairing import PairingStore
 from channels.telegram.channel import TelegramChannel
 from channels.telegram.connect import TelegramConfigError
 from channels.utf16 import utf16_length
@@ -581,6 +582,36 @@ async def test_shutdown_leaves_unfinished_messages_for_the_next_start(
         await fake.wait_sent(1)
     assert [m.text for m in handler.seen] == ["slow one"]
     assert pending_ids(tmp_path) == set()
+
+
+async def test_a_replayed_update_that_cannot_be_taken_is_logged_once_and_finished(
+    fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At a restart the pairing store cannot be read (an OSError judging a DM): the replayed DM is
+    logged once and finished, not replayed again; the channel serves the next message."""
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def stuck(message: InboundMessage, stream: object = None) -> OutboundMessage:
+        started.set()
+        await never.wait()
+        return OutboundMessage("telegram", message.chat_id, "never sent")
+
+    store = PairingStore(tmp_path / "state")
+    options: dict[str, Any] = {"dm_policy": "pairing", "shutdown_grace": 0.1}
+    async with running(make_channel(fake, tmp_path, stuck, pairing=store, **options)):
+        update = fake.message("left for the next start")
+        await started.wait()
+    assert pending_ids(tmp_path) == {update}
+    (tmp_path / "blocked").write_text("a file where the pairing folder should be")
+    broken = PairingStore(tmp_path / "blocked" / "state")
+    handler = Recorder()
+    async with running(make_channel(fake, tmp_path, handler, pairing=broken, **options)):
+        fake.message("@memgate_bot in the group", chat_id=-100)  # a group never asks the store
+        await fake.wait_sent(1)
+    assert [m.text for m in handler.seen] == ["in the group"]
+    assert pending_ids(tmp_path) == set()
+    failed = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert failed == [f"telegram could not take update update_id={update}"]
 
 
 async def test_a_redelivered_update_in_flight_is_not_taken_twice(
