@@ -30,6 +30,7 @@ from tests.conftest import telegram_inbox_pending
 from tests.fakes.llm import FakeLLM, error, last_user_text, text
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram
 from tests.fakes.telegram_harness import Recorder, agent_channel, make_channel, running
+from tests.resilience.harness import until
 
 pytestmark = [
     # PTB 22 warns that RetryAfter.retry_after will become a timedelta when it builds one from
@@ -148,7 +149,11 @@ async def test_topic_message_has_its_own_session_and_reply_thread(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:
     """A forum topic message gets session telegram:<chat>:topic:<thread>; replies go there."""
-    handler = Recorder(delay=0.3)  # long enough for the typing indicator to go out
+
+    async def typing_shown() -> None:
+        await fake.wait_for(lambda: bool(fake.calls_to("sendChatAction")))
+
+    handler = Recorder(until=typing_shown)  # the turn lasts until the typing indicator is out
     async with running(make_channel(fake, tmp_path, handler)):
         fake.message("@memgate_bot in a topic", chat_id=-100, thread_id=7)
         [sent] = await fake.wait_sent(1)
@@ -413,10 +418,11 @@ async def test_shutdown_lets_a_running_turn_finish(fake: FakeTelegram, tmp_path:
 
     async def handler(message: InboundMessage, stream: object = None) -> OutboundMessage:
         started.set()
-        await asyncio.sleep(0.3)
+        await until(lambda: not channel.connected, 5, "the stop to begin")  # then finish
         return OutboundMessage("telegram", message.chat_id, "finished")
 
-    async with running(make_channel(fake, tmp_path, handler, shutdown_grace=5)):
+    channel = make_channel(fake, tmp_path, handler, shutdown_grace=5)
+    async with running(channel):
         fake.message("slow one")
         await started.wait()
     assert [p["text"] for p in fake.sent()] == ["finished"]

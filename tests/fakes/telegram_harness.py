@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,23 @@ class Recorder:
     test can wait until a reply's delivery is over: no retry of it can follow that.
     """
 
-    def __init__(self, reply: Reply = lambda m: f"echo: {m.text}", delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        reply: Reply = lambda m: f"echo: {m.text}",
+        until: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         self.seen: list[InboundMessage] = []
         self.delivered: list[str] = []
         self.reply = reply
-        self.delay = delay
+        self.until = until  # a turn that lasts until this returns (None: no time at all)
         self._changed = asyncio.Condition()
 
     async def __call__(
         self, message: InboundMessage, stream: object = None
     ) -> OutboundMessage | None:
         self.seen.append(message)
-        await asyncio.sleep(self.delay)  # a turn that takes this long (0: none)
+        if self.until is not None:
+            await self.until()
         text = self.reply(message)
         if text is None:
             return None

@@ -246,7 +246,7 @@ async def test_a_send_that_times_out_is_logged_and_not_sent_twice(
     gateway = await started(make_gateway)
     before = stored(gateway.workspace)
     deliver = fake_telegram._api_sendMessage
-    held = asyncio.Event()
+    held, given_up = asyncio.Event(), asyncio.Event()
 
     async def slow_send(params: dict[str, Any]) -> Any:
         if held.is_set():
@@ -255,12 +255,13 @@ async def test_a_send_that_times_out_is_logged_and_not_sent_twice(
         # Telegram takes the message, but its answer comes after python-telegram-bot's 5 s
         # timeout (if the client is still there): sending it again would show it twice.
         answer = await deliver(params)
-        await asyncio.sleep(6.5)
+        await given_up.wait()
         return answer
 
     fake_telegram._api_sendMessage = slow_send  # type: ignore[method-assign]
     fake_telegram.message("answer into a timeout", chat_id=CHAT, user_id=CHAT)
     await until(lambda: "telegram send failed" in gateway.log(), 30, "the timeout in the log")
+    given_up.set()
     assert "Timed out" in gateway.log()
     await survives(gateway)
     # Its done line is written once the send is given up: no second send of it can follow.
