@@ -70,6 +70,7 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "httpx2": ("gateway/tools/mcp.py", "gateway/llm/provider.py"),
     "jsonschema": "gateway/tools/mcp.py",
     "ruamel": "gateway/config/file.py",
+    "argcomplete": "gateway/cli/completion.py",
 }
 
 

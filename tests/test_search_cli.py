@@ -12,7 +12,7 @@ from tests.fakes.llm import FakeLLM, error
 
 
 async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) -> None:
-    """The first search builds the index in the state folder; one hit per line; no match is fine."""
+    """The first search builds the index in the state folder; one hit per line; no match exits 1."""
     home = tmp_path / "home"
     await memgate("init", home=home)
     workspace = home / "workspace"
@@ -34,8 +34,8 @@ async def test_memory_search_prints_hits_and_builds_the_index(tmp_path: Path) ->
     )
     assert code == 0 and out.startswith("sessions/discord:77.jsonl:")
     assert len(out.splitlines()) == 1
-    code, out, _ = await memgate("memory", "search", "--rebuild", "xylophone", home=home, env=env)
-    assert code == 0 and "no matches" in out
+    code, out, err = await memgate("memory", "search", "--rebuild", "xylophone", home=home, env=env)
+    assert (code, out) == (1, "") and "no matches" in err  # as grep
 
 
 async def test_memory_search_with_embeddings(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -1,12 +1,14 @@
-"""The `memgate` command line: init, setup, run, chat, status, doctor, memory, jobs, pairing.
+"""The `memgate` command line: init, setup, run, chat, status, doctor, memory, jobs, pairing,
+completion.
 
-This module holds the parser, `run`, `chat`, `status`, `doctor` and the exit statuses; the config's
-first run, `init` and `setup` are gateway/cli/setup.py's, and memory, jobs and pairing
-gateway/cli/stores.py's.
+This module holds the parser (and its shell completion), `run`, `chat`, `status`, `doctor` and the
+exit statuses; the config's first run, `init` and `setup` are gateway/cli/setup.py's, and memory,
+jobs and pairing gateway/cli/stores.py's.
 
 Exit status: 0 on success, 2 on a usage error (argparse's), 78 on bad configuration (EX_CONFIG,
 which the systemd unit does not restart on), 1 on any other error, each with a one-line reason on
-stderr; the traceback only with `--debug` or `log_level: DEBUG`.
+stderr; the traceback only with `--debug` or `log_level: DEBUG`. As grep, `memory search` exits 1
+when nothing matches. Output into a pipe its reader closed (`| head`) ends quietly, with 0.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from channels.base import ChannelConfigError
 from gateway import __version__
-from gateway.bus import Handler
+from gateway.bus import Handler, ReplyStream
 from gateway.cli.checks import local_checks
 from gateway.cli.setup import (
     cmd_init,
@@ -144,22 +146,30 @@ def cmd_chat(args: argparse.Namespace) -> int:
             for text in await owed():
                 print(f"(kept from before a restart)\n{text}\n")
             printer = Printer(lead="")  # the answer printed as it is written, unless --no-stream
+            shown = UntilClosed(printer)
             inbound = terminal.inbound(args.message)
-            reply = await (handler(inbound) if args.no_stream else handler(inbound, printer))
-            if printer.printed:
-                print()  # ends the line of what was printed
-            # Shown first, then marked delivered: a crash in between leaves the answer owed
-            # (shown again next time) rather than lost.
-            if reply is not None and reply.failed:
-                print(f"memgate: {reply.text}", file=sys.stderr, flush=True)
-            elif printer.printed and reply is not None:
-                rest = printer.rest(reply.text)
-                if rest:
-                    print(rest, flush=True)
-            else:
-                print(reply.text if reply is not None else "", flush=True)
+            reply = await (handler(inbound) if args.no_stream else handler(inbound, shown))
+            try:
+                if printer.printed and not shown.closed:
+                    print()  # ends the line of what was printed
+                # Shown first, then marked delivered: a crash in between leaves the answer owed
+                # (shown again next time) rather than lost.
+                if reply is not None and reply.failed:
+                    print(f"memgate: {reply.text}", file=sys.stderr, flush=True)
+                elif shown.closed:
+                    pass  # the reader has gone (`| head`): it wants no more
+                elif printer.printed and reply is not None:
+                    rest = printer.rest(reply.text)
+                    if rest:
+                        print(rest, flush=True)
+                else:
+                    print(reply.text if reply is not None else "", flush=True)
+            except BrokenPipeError:
+                shown.closed = True
             if reply is not None:
-                await reply.sent()
+                await reply.sent()  # a reader that left (`| head`) had all it wanted of it
+            if shown.closed:
+                _quiet_stdout()
             return 1 if reply is not None and reply.failed else 0
         print(f"memgate {__version__} · model {config.llm.model} · {where} · /help, Ctrl-D to quit")
         # Answers a restart kept from this terminal (stored, never shown) come first.
@@ -193,6 +203,29 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return asyncio.run(chat())
 
 
+class UntilClosed:
+    """The terminal's printer until the reader of stdout goes away (`chat -m … | head`); then
+    the rest of the answer is dropped instead of failing the turn, which goes on and stores it."""
+
+    def __init__(self, printer: ReplyStream) -> None:
+        self.printer = printer
+        self.closed = False
+
+    async def write(self, text: str) -> None:
+        if not self.closed:
+            try:
+                await self.printer.write(text)
+            except BrokenPipeError:
+                self.closed = True
+
+    async def status(self, note: str) -> None:
+        if not self.closed:
+            try:
+                await self.printer.status(note)
+            except BrokenPipeError:
+                self.closed = True
+
+
 def chat_history_path(config: Config) -> Path:
     """The terminal's line history, in the state folder; an older `~/.memgate/chat_history` moves."""
     path = config.state_dir / "chat_history"
@@ -221,6 +254,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     # Offline and fast: a service that does not answer at once is reported as not running.
     live = asyncio.run(request(socket_path(config.state_dir), {"op": "status"}))
     print(describe_live(live))
+    return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from gateway.cli.completion import script
+
+    print(script(args.shell), end="")
     return 0
 
 
@@ -347,11 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="most hits to show (default 10)",
     )
     search.add_argument("--rebuild", action="store_true", help="rebuild the index from the files")
+    completion = add("completion", cmd_completion, "print the shell completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to load it")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell's completion script asks for the words
+        from gateway.cli.completion import answer
+
+        answer(parser)
     args = parser.parse_args(argv)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG)

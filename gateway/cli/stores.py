@@ -146,7 +146,10 @@ async def _search(config: Config, query: str, limit: int, rebuild: bool) -> int:
     async with open_search(config) as search:
         await (search.rebuild(progress) if rebuild else search.refresh(progress))
         hits = await search.search(query, limit)
-    print(format_hits(hits, color=sys.stdout.isatty()) if hits else f"no matches for {query!r}")
+    if not hits:
+        print(f"no matches for {query!r}", file=sys.stderr)
+        return 1  # as grep: a script can tell "nothing found" from a hit
+    print(format_hits(hits, color=sys.stdout.isatty()))
     return 0
 
 

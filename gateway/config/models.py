@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -217,14 +217,20 @@ DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 
 
 class ChatChannelConfig(_Section):
-    """What every chat platform's section has."""
+    """What every chat platform's section has.
+
+    These keys are documented once for every platform: a `{term}` in a meaning is replaced by the
+    platform's own word from its `doc_terms` (gateway/config/reference.py).
+    """
+
+    doc_terms: ClassVar[dict[str, str]] = {}
 
     enabled: bool = False
     """Run this channel in `memgate run`."""
     token: str = ""
-    """The bot token (keep it in the env file, e.g. ${TELEGRAM_BOT_TOKEN})."""
-    allow_from: list[str] = []  # user ids or @usernames; ["*"] for everyone; [] for nobody
-    """Who may talk to the bot: user ids (or @usernames on Telegram); [] nobody (their ids are logged), [\"*\"] everyone."""
+    """The bot token (keep it in the env file, e.g. {token_variable})."""
+    allow_from: list[str] = []  # user ids (Telegram: or @usernames); ["*"] everyone; [] nobody
+    """Who may talk to the bot: {senders}; [] nobody (their ids are logged), [\"*\"] everyone."""
     group_policy: GroupPolicy = "mention"
     """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
     dm_policy: DmPolicy = "pairing"
@@ -246,6 +252,11 @@ class ChatChannelConfig(_Section):
 
 
 class TelegramConfig(ChatChannelConfig):
+    doc_terms: ClassVar[dict[str, str]] = {
+        "token_variable": "${TELEGRAM_BOT_TOKEN}",
+        "senders": "user ids or @usernames",
+    }
+
     base_url: str = "https://api.telegram.org/bot"
     """Bot API URL; change only for a self-hosted Bot API server."""
     base_file_url: str | None = None
@@ -274,6 +285,12 @@ class TelegramConfig(ChatChannelConfig):
 
 
 class DiscordConfig(ChatChannelConfig):
+    # Ids only: a Discord username can be given up and claimed by someone else.
+    doc_terms: ClassVar[dict[str, str]] = {
+        "token_variable": "${DISCORD_BOT_TOKEN}",
+        "senders": "user ids",
+    }
+
     api_base: str = "https://discord.com/api/v10"
     """Discord REST API URL; change only for a proxy."""
     gateway_url: str | None = None

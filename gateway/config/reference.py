@@ -1,7 +1,9 @@
 """docs/configuration.md, generated from the config models: every key, its default and meaning.
 
 Run `python -m gateway.config.reference` (or `make docs`) after adding or changing a key; a test
-fails while the file is out of date. The meaning of a key is the docstring under its field.
+fails while the file is out of date. The meaning of a key is the docstring under its field. A field
+that several sections inherit (each chat platform's `token`, `allow_from`) is documented once, in
+the base; a `{term}` in it is written in each section's own words, from the model's `doc_terms`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import functools
 import inspect
 import itertools
 import json
+import re
 import sys
 import textwrap
 import types
@@ -85,13 +88,28 @@ def _meanings(model: type[BaseModel]) -> dict[str, str]:
     return meanings
 
 
+_TERM = re.compile(r"\{([a-z_]+)\}")
+
+
+def _in_terms_of(model: type[BaseModel], key: str, meaning: str) -> str:
+    """`meaning` with each `{term}` replaced by the section's word for it (its `doc_terms`)."""
+    terms: dict[str, str] = getattr(model, "doc_terms", {})
+
+    def word(match: re.Match[str]) -> str:
+        if match[1] not in terms:
+            raise ValueError(f"{key}: {model.__name__}.doc_terms has no {match[1]!r}")
+        return terms[match[1]]
+
+    return _TERM.sub(word, meaning)
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     for name, field in model.model_fields.items():
         if field.exclude:
             continue  # not a key of the file
         key = f"{prefix}{name}"
-        meaning = _meanings(model).get(name, "").replace("|", "\\|")
+        meaning = _in_terms_of(model, key, _meanings(model).get(name, "")).replace("|", "\\|")
         rows.append((key, _default(field), meaning))
         section = _section_of(field.annotation)
         if section is not None:
