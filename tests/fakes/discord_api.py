@@ -245,6 +245,7 @@ class FakeDiscord:
     requests: list[Request] = field(default_factory=list)
     guilds: list[Json] = field(default_factory=list)  # sent as GUILD_CREATE after READY
     identifies: list[Json] = field(default_factory=list)
+    readies: int = 0  # sessions sent READY and their guilds: from then on a message reaches them
     resumes: list[Json] = field(default_factory=list)
     connections: int = 0
     login_statuses: list[int] = field(default_factory=list)  # scripted for GET /users/@me
@@ -521,6 +522,7 @@ class FakeDiscord:
         )
         for payload in self.guilds:
             await self.dispatch("GUILD_CREATE", payload)
+        self.readies += 1
         await self._notify()
 
     async def _resume(self, ws: web.WebSocketResponse, data: Json) -> None:

@@ -30,19 +30,13 @@ def discord_settings(fake: FakeDiscord, gateway_root: Path) -> dict[str, Any]:
     }
 
 
-async def start_on_discord(gateway: Gateway) -> None:
-    """Start `memgate run` and wait until its Discord connection is up."""
+async def start_on_discord(gateway: Gateway, fake: FakeDiscord) -> None:
+    """Start `memgate run` and wait until Discord has made its session ready, so that a message
+    reaches it (discord.py reports the connection itself only after a further 2 s)."""
+    readies = fake.readies
     await gateway.start(ready=False)
-
-    async def connected() -> bool:
-        health = await gateway.health()
-        return bool(health and health["channels"]["discord"]["connected"])
-
-    deadline = asyncio.get_running_loop().time() + 30
-    while not await connected():
-        assert gateway.alive, gateway.log()[-3000:]
-        assert asyncio.get_running_loop().time() < deadline, "Discord never connected"
-        await asyncio.sleep(0.1)
+    await until(lambda: fake.readies > readies or not gateway.alive, 30, "a Discord session")
+    assert gateway.alive, gateway.log()[-3000:]
 
 
 def replies(fake: FakeDiscord, content: str) -> int:
@@ -66,7 +60,7 @@ async def test_a_queued_message_is_answered_once_after_a_restart(
 ) -> None:
     """A message waiting behind a slow turn is journaled on arrival and answered once after restart."""
     gateway = make_gateway(discord_settings(fake_discord, tmp_path))
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     release = asyncio.Event()
     fake_llm.push(
         text("the slow answer"),
@@ -88,11 +82,11 @@ async def test_a_queued_message_is_answered_once_after_a_restart(
         await gateway.kill()
     release.set()
     assert replies(fake_discord, "echo: queued question") == 0
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     await fake_discord.wait_for(lambda: replies(fake_discord, "echo: queued question") >= 1)
     await answered(fake_discord, "after the restart")
     assert await gateway.stop() == 0
-    await start_on_discord(gateway)  # a second restart answers nothing again
+    await start_on_discord(gateway, fake_discord)  # a second restart answers nothing again
     await answered(fake_discord, "after the second restart")
     assert await gateway.stop() == 0
     assert replies(fake_discord, "echo: queued question") == 1
@@ -108,14 +102,14 @@ async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_afte
     restart; SIGKILLed after a tool's result is stored, the turn is answered without running the
     tool again."""
     gateway = make_gateway(discord_settings(fake_discord, tmp_path))
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     fake_discord.send_hold = asyncio.Event()  # Discord never takes it: the kill comes first
     fake_llm.push(text("the owed answer"), match=lambda body: last_user_text(body) == "owe me")
     await fake_discord.send_message(DM, ALICE, "owe me")
     await fake_discord.wait_for(lambda: fake_discord.held == 1)
     await gateway.kill()
     fake_discord.send_hold = None  # the held request stays unanswered: it never counts as sent
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     await fake_discord.wait_for(lambda: replies(fake_discord, "the owed answer") == 1)
 
     (gateway.workspace / "runs.md").write_text("runs:")
@@ -132,7 +126,7 @@ async def test_on_discord_an_unsent_answer_and_a_cut_tool_turn_are_finished_afte
     await gateway.kill()
     release.set()
     fake_llm.push(text("counted"), match=asked)
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     await fake_discord.wait_for(lambda: replies(fake_discord, "counted") == 1)
     await answered(fake_discord, "anything else?")
     assert await gateway.stop() == 0
@@ -148,14 +142,14 @@ async def test_on_discord_an_answer_made_but_unconfirmed_before_a_kill_is_not_po
     """Discord made the answer but its reply was lost to a SIGKILL: after the restart the answer is
     sent again with the same nonce, and Discord, deduplicating by it, keeps one message."""
     gateway = make_gateway(discord_settings(fake_discord, tmp_path))
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     fake_discord.answer_hold = asyncio.Event()  # the message is made; the answer never comes
     fake_llm.push(text("made once"), match=lambda body: last_user_text(body) == "once please")
     await fake_discord.send_message(DM, ALICE, "once please")
     await fake_discord.wait_for(lambda: fake_discord.held == 1)
     await gateway.kill()
     fake_discord.answer_hold = None
-    await start_on_discord(gateway)
+    await start_on_discord(gateway, fake_discord)
     await answered(fake_discord, "anything else?")  # the replay has been dealt with by then
     assert await gateway.stop() == 0
     posts = [
