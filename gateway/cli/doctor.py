@@ -15,15 +15,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.base import ChannelConfigError
-from channels.discord.connect import probe_discord
-from channels.telegram.connect import probe_telegram
 from gateway.cli.checks import Check, bounded, check_lock, unanswered
 from gateway.config.file import require_api_key
 from gateway.config.models import Config, McpServerConfig
 from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
-from gateway.tools.mcp import UP, probe
 from memory.errors import EmbeddingError
 
 CHANNEL_TIMEOUT = 10.0  # two small REST calls: getMe and the webhook; a login and the app's flags
@@ -71,11 +68,17 @@ def _live_checks(config: Config) -> list[Awaitable[Check]]:
     checks: list[Awaitable[Check]] = [check_lock(config), check_llm(config)]
     if config.memory.embeddings is not None:
         checks.append(check_embeddings(config))
+    # A platform's SDK, and MCP's (half a second to two seconds each), is imported only for a
+    # config that uses it: no doctor line waits for an SDK it does not need.
     telegram, discord = config.channels.telegram, config.channels.discord
     if telegram.enabled:
+        from channels.telegram.connect import probe_telegram
+
         probe = probe_telegram(token=telegram.token, base_url=telegram.base_url)
         checks.append(check_channel("telegram", probe))
     if discord.enabled:
+        from channels.discord.connect import probe_discord
+
         probe = probe_discord(token=discord.token, api_base=discord.api_base)
         checks.append(check_channel("discord", probe))
     checks += [check_mcp(name, server) for name, server in config.tools.mcp_servers.items()]
@@ -214,6 +217,8 @@ async def check_mcp(name: str, settings: McpServerConfig) -> Check:
 
 
 async def _started(label: str, name: str, settings: McpServerConfig) -> Check:
+    from gateway.tools.mcp import UP, probe  # see _live_checks
+
     connection = await probe(name, settings)
     if connection.state != UP:
         return Check(
