@@ -50,9 +50,10 @@ async def test_init_then_a_local_endpoint_needs_no_key(
     home = tmp_path / "home"
     code, _, err = await memgate("init", home=home)
     assert code == 0, err
-    code, out, err = await memgate("chat", "-m", "hi", home=home)
-    assert code == 78 and out == "" and err.count("\n") == 1, err
-    assert "OPENAI_API_KEY" in err and "llm.api_key" in err
+    for command in (("chat", "-m", "hi"), ("memory", "consolidate", "--all")):
+        code, out, err = await memgate(*command, home=home)
+        assert code == 78 and out == "" and err.count("\n") == 1, err
+        assert "OPENAI_API_KEY" in err and "llm.api_key" in err
     config = home / "config.yaml"
     config.write_text(config.read_text().replace("https://api.openai.com/v1", fake_llm.url))
     code, out, err = await memgate("chat", "-m", "hi", home=home)

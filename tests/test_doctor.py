@@ -101,3 +101,15 @@ async def test_doctor_says_when_the_model_has_no_tools(
     assert code == 1  # the MESSAGE CONTENT intent is off
     assert "✓ llm: " in out and "tools NOT supported" in out
     assert "✗ discord: the MESSAGE CONTENT intent is off" in out
+
+
+async def test_doctor_names_every_problem_of_the_config_on_its_own_line(tmp_path: Path) -> None:
+    """A config with two bad keys: one `✗ config:` line for each, nothing else checked, exit 1."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"workspace: {tmp_path / 'ws'}\nllm:\n  temperature: 5\ncolour: blue\n")
+    code, out, _ = await memgate("doctor", "--config", str(path), home=tmp_path)
+    lines = out.splitlines()
+    assert code == 1 and len(lines) == 2, out
+    assert all(line.startswith("✗ config: ") for line in lines)
+    assert any("llm.temperature" in line for line in lines)
+    assert any("colour" in line for line in lines)

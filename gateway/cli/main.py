@@ -59,7 +59,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         config = load_config(path, must_exist=True)
     except ConfigError as exc:
-        print(f"✗ config: {exc}")
+        for problem in str(exc).splitlines():  # a file's problems, one line each
+            print(f"✗ config: {problem}")
         return 1
     configure_logging("DEBUG" if args.debug else "ERROR", config.secrets())
     # Each line the moment it is known: these before the live checks' SDKs are imported (a

@@ -15,6 +15,7 @@ from channels.pairing import PairingError, PairingStore, Pending
 from gateway.automation.clock import SystemClock
 from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
+from gateway.config.file import require_api_key
 from gateway.config.models import Config
 from gateway.errors import MemgateError, UsageError
 from gateway.logs import configure_logging
@@ -159,6 +160,7 @@ async def _consolidate(config: Config, key: str | None, everything: bool) -> int
     from memory.consolidation.consolidator import Job
 
     configure_logging("WARNING", config.secrets())
+    require_api_key(config)  # every chunk is a model call: no key for OpenAI's URL is exit 78 now
     async with open_runtime(config) as runtime:
         consolidator = runtime.consolidator
         keys = runtime.sessions.keys() if everything else [key or ""]
