@@ -139,6 +139,11 @@ class PairingStore:
         except FileNotFoundError:
             self._seen, self._approved = None, frozenset()
             return False
+        except OSError as exc:
+            # Fail closed as for an unreadable file: a sender is judged, not the channel broken.
+            log.error("pairing file unreadable, approvals ignored: %s: %s", self.path, exc)
+            self._seen, self._approved = None, frozenset()
+            return False
         stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
         if stamp != self._seen:
             try:

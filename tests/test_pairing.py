@@ -237,3 +237,11 @@ def test_guests_dm_scope_follows_memory_guests() -> None:
     assert scope_for(dm, "private", "private").name == GROUP
     assert scope_for(dm, "private", "shared").name == PRIVATE
     assert scope_for(group, "shared", "shared").name == GROUP
+
+
+def test_a_pairing_file_that_cannot_even_be_looked_at_lets_nobody_in(tmp_path: Path) -> None:
+    """The state folder's pairing.json behind something that is not a folder: approvals fail
+    closed with a False, not an exception in the channel judging each DM."""
+    (tmp_path / "not-a-folder").write_text("")
+    store = PairingStore(tmp_path / "not-a-folder", Clock())
+    assert store.is_approved("telegram", "666") is False
