@@ -5,9 +5,14 @@ one request object per connection, one answer object back.
 
     {"op": "chat", "text": "...", "session": "terminal:local", "sender": "alice"}
         -> {"text": "...", "failed": false}
+    {"op": "chat", "text": "...", "stream": "on"}
+        -> {"delta": "You "} {"status": "reading notes.md…"} {"delta": "like"} ... {"text": ...}
     {"op": "status"} -> {"channels": {"telegram": true}, "queue": 0, "uptime": 12.5}
     {"op": "owed", "session": "terminal:local"} -> {"texts": ["..."]}
     {"op": "jobs", "action": "remove", "id": "a1b2c3"} -> {"ok": true, "text": "..."}
+
+With `"stream": "on"` the answer is written as it grows: `delta` lines (text added) and `status`
+lines (a tool step runs; the next delta starts anew), then the usual answer line, always the last.
 
 `owed` hands over the session's answers a restart kept from the terminal (stored, never shown);
 once written to the socket they count as delivered. Every field is checked before anything runs
@@ -47,9 +52,15 @@ IDLE_TIMEOUT = 10.0
 FIELDS: dict[str, dict[str, bool]] = {
     "status": {},
     "owed": {"session": False},
-    "chat": {"text": True, "session": False, "sender": False},
+    "chat": {"text": True, "session": False, "sender": False, "stream": False},
     "jobs": {"action": True, "id": False},
 }
+
+# Fields that take one of a few words, whatever the op.
+CHOICES: dict[str, tuple[str, ...]] = {"stream": ("on",)}
+# Streamed pieces a client has not taken yet, in bytes, past which further pieces are dropped
+# (the answer line still comes whole): a stalled client must not grow the service's memory.
+MAX_UNSENT = 4 * MAX_REQUEST
 
 
 # The agent's owed answers of a session: (channel, chat_id, session key) -> replies.
@@ -89,7 +100,7 @@ async def control_server(
     _remove(path)
     started = time.monotonic()
 
-    async def respond(reader: asyncio.StreamReader) -> Answer | None:
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Answer | None:
         try:
             request = await _read_request(reader, served, idle_timeout)
         except RequestError as exc:
@@ -98,11 +109,12 @@ async def control_server(
             return {"error": str(exc)}, []
         if request is None:
             return None  # connected and left without a word
-        return await _answer(request, handler, status, started, owed, ops)
+        pieces = _SocketStream(writer) if request.get("stream") == "on" else None
+        return await _answer(request, handler, status, started, owed, ops, pieces)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            answered = await respond(reader)
+            answered = await respond(reader, writer)
             if answered is None:
                 return
             answer, replies = answered
@@ -176,6 +188,9 @@ def parse_request(line: bytes, served: Collection[str] = tuple(FIELDS)) -> dict[
             raise RequestError(f"{op}: unknown field {_shown(name)}")
         if value is not None and not isinstance(value, str):
             raise RequestError(f"{op}: {name} must be a string, not {_json_type(value)}")
+        if value is not None and name in CHOICES and value not in CHOICES[name]:
+            words = " or ".join(map(repr, CHOICES[name]))
+            raise RequestError(f"{op}: {name} must be {words}, not {_shown(value)}")
     for name, required in fields.items():
         if required and request.get(name) is None:
             raise RequestError(f"{op}: {name} is required")
@@ -210,6 +225,7 @@ async def _answer(
     started: float,
     owed: Owed | None,
     ops: Mapping[str, Operation],
+    pieces: ReplyStream | None = None,
 ) -> Answer:
     """The answer to a checked request of an op served here."""
     op = request["op"]
@@ -231,14 +247,46 @@ async def _answer(
             text=request["text"],
             session_key=request.get("session") or None,
         )
-        reply = await handler(message)
+        reply = await handler(message, stream=pieces)
         answer = {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
         return answer, [reply] if reply is not None else []
     return ops[op](request), []
 
 
-async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """Send one request; None when no service listens there (no socket, or a dead one)."""
+class _SocketStream:
+    """The agent's `ReplyStream` for a client that asked for pieces: each one a JSON line.
+
+    It never waits for the client (the model's stream waits on it): lines go to the transport's
+    buffer, and the answer line's write, under the idle timeout, waits for them all. Once the
+    client leaves or stops reading, pieces are dropped; the answer line still says it all.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    async def write(self, text: str) -> None:
+        self._send({"delta": text})
+
+    async def status(self, note: str) -> None:
+        self._send({"status": note})
+
+    def _send(self, piece: dict[str, str]) -> None:
+        if self._writer.is_closing():
+            return
+        if self._writer.transport.get_write_buffer_size() > MAX_UNSENT:
+            return
+        self._writer.write(json.dumps(piece, ensure_ascii=False).encode() + b"\n")
+
+
+async def request(
+    path: Path, payload: dict[str, Any], pieces: ReplyStream | None = None
+) -> dict[str, Any] | None:
+    """Send one request; None when no service listens there (no socket, or a dead one).
+
+    With `pieces`, a chat request asks for the answer as it grows and hands each piece to it;
+    the answer line is returned as before."""
+    if pieces is not None:
+        payload = {**payload, "stream": "on"}
     line = json.dumps(payload, ensure_ascii=False).encode() + b"\n"
     if len(line) - 1 > MAX_REQUEST:
         return {"error": _too_long()}  # what the service would answer, without sending it
@@ -252,6 +300,15 @@ async def request(path: Path, payload: dict[str, Any]) -> dict[str, Any] | None:
         writer.write(line)
         await writer.drain()
         line = await reader.readline()
+        while pieces is not None and line:
+            piece = json.loads(line)
+            if "delta" in piece:
+                await pieces.write(piece["delta"])
+            elif "status" in piece:
+                await pieces.status(piece["status"])
+            else:
+                break  # the answer line
+            line = await reader.readline()
     finally:
         writer.close()
         with suppress(ConnectionError):
@@ -268,7 +325,7 @@ def remote_handler(path: Path) -> Handler:
     async def handle(
         message: InboundMessage, stream: ReplyStream | None = None
     ) -> OutboundMessage | None:
-        # The socket carries whole answers: a terminal attached to the service shows each at once.
+        # Streamed as in this process: the service sends the pieces as its agent writes them.
         answer = await request(
             path,
             {
@@ -277,6 +334,7 @@ def remote_handler(path: Path) -> Handler:
                 "session": message.session_key,
                 "sender": message.sender_id,
             },
+            stream,
         )
         if answer is None:
             text = "The service stopped while answering; the message is kept in the session."
