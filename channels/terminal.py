@@ -2,8 +2,9 @@
 
 Imports only `gateway.bus` of ours. Lines are read on a daemon thread so a blocked `input()` never
 keeps the process from exiting. With streaming (the default) an answer is printed as it is written.
-Ctrl-C during an answer stops that answer (as `/stop` does; what was printed stays, marked) and
-gives the prompt back; Ctrl-C or Ctrl-D at the prompt ends the chat.
+Input is read while an answer is written too: `/stop` typed then stops it at once, as Ctrl-C does
+(what was printed stays, marked, and the prompt comes back); other lines wait their turn. Ctrl-C or
+Ctrl-D at the prompt ends the chat.
 """
 
 from __future__ import annotations
@@ -79,10 +80,20 @@ class TerminalChannel:
         interrupt = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, interrupt.set)
+        typed: list[str | None] = []  # lines typed during an answer, to send after it (None: EOF)
+        reading: asyncio.Future[str | None] | None = None  # a line being read since an answer
         try:
             while True:
                 interrupt.clear()
-                line = await _until_interrupt(_read_line(PROMPT), interrupt)
+                if typed:
+                    line = typed.pop(0)
+                else:
+                    if reading is None:
+                        reading = asyncio.ensure_future(_read_line(PROMPT))
+                    else:
+                        print(PROMPT, end="", flush=True)  # its input() began without one
+                    line = await _until_interrupt(reading, interrupt)
+                    reading = None
                 if line is None:  # Ctrl-D, or Ctrl-C at the prompt
                     print(flush=True)
                     return
@@ -91,16 +102,17 @@ class TerminalChannel:
                 printer = Printer()
                 asked = self._answer(line, printer) if self._streaming else self.ask(line)
                 answer = asyncio.ensure_future(asked)
-                reply = await _until_interrupt(answer, interrupt)
-                if reply is None:
+                stopped, reading = await self._while_answering(answer, interrupt, typed)
+                if stopped:
                     # The agent cancels the turn; the message stays in the session, and an
                     # answer it had begun comes back with its "(stopped)" mark.
-                    await self._handler(self.inbound("/stop"))
                     rest = ""
                     with contextlib.suppress(asyncio.CancelledError):
                         rest = await answer
                     print(rest if printer.printed else "\nstopped", end="\n\n", flush=True)
-                elif printer.printed:
+                    continue
+                reply = answer.result()
+                if printer.printed:
                     print(reply, end="\n\n", flush=True)
                 elif reply:
                     print(f"\n{reply}\n", flush=True)
@@ -108,6 +120,36 @@ class TerminalChannel:
             loop.remove_signal_handler(signal.SIGINT)
             self.connected = False
             self._save_history()
+
+    async def _while_answering(
+        self, answer: asyncio.Future[str], interrupt: asyncio.Event, typed: list[str | None]
+    ) -> tuple[bool, asyncio.Future[str | None] | None]:
+        """Read the terminal until `answer` is done: Ctrl-C or a typed `/stop` stops it (the agent
+        cancels the turn), other lines go to `typed`. Returns whether it was stopped, and the
+        read still under way (it becomes the next prompt's)."""
+        reading: asyncio.Future[str | None] | None = asyncio.ensure_future(_read_line(""))
+        while True:
+            waiter = asyncio.ensure_future(interrupt.wait())
+            watched: list[asyncio.Future[Any]] = [answer, waiter]
+            if reading is not None:
+                watched.append(reading)
+            try:
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if answer.done():
+                return False, reading
+            if interrupt.is_set():
+                await self._handler(self.inbound("/stop"))
+                return True, reading
+            assert reading is not None and reading.done()  # the one left to wake us
+            line = reading.result()
+            if _is_stop(line):
+                await self._handler(self.inbound("/stop"))
+                return True, None
+            typed.append(line)
+            # After end of input there is nothing more to read.
+            reading = asyncio.ensure_future(_read_line("")) if line is not None else None
 
     def _setup_readline(self) -> None:
         try:
@@ -165,6 +207,10 @@ class Printer:
         if shown and whole.startswith(shown):
             return whole[len(shown) :]
         return f"\n{whole}"
+
+
+def _is_stop(line: str | None) -> bool:
+    return line is not None and line.strip().split(maxsplit=1)[:1] == ["/stop"]
 
 
 async def _until_interrupt(

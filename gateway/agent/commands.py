@@ -1,7 +1,8 @@
 """Chat commands: the one registry of them, and their parsing.
 
-`/help`, Telegram's command menu and Telegram's `/start` greeting are all generated from `COMMANDS`;
-the agent dispatches the ones it handles by name, the channels answer the others (`/pair` in a DM).
+`/help`, Telegram's command menu and Telegram's `/start` greeting are all generated from `COMMANDS`,
+each channel's `/help` listing only the commands that work there; the agent dispatches the ones it
+handles by name, the channels answer the others (`/pair` in a DM).
 Both read a command with `parse_command`, which lives in `channels.base` so the channels can reach
 it.
 """
@@ -28,6 +29,11 @@ class CommandSpec:
     scopes: frozenset[Scope]
     handler: Literal["agent", "channel"] = "agent"
     usage: str = ""  # what follows the name in /help, e.g. "CODE"
+    # The channels that answer it (None: all); /help elsewhere leaves it out.
+    offered_on: frozenset[str] | None = None
+
+    def offered(self, channel: str) -> bool:
+        return self.offered_on is None or channel in self.offered_on
 
 
 _EVERYWHERE: frozenset[Scope] = frozenset({"help", "menu"})
@@ -65,6 +71,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
         frozenset({"help"}),
         handler="channel",
         usage="CODE",
+        # Answered in their DMs; the terminal has no one to let in.
+        offered_on=frozenset({"telegram", "discord"}),
     ),
 )
 
@@ -78,6 +86,12 @@ def _help_line(command: CommandSpec) -> str:
 
 
 HELP_TEXT = "\n".join(["Commands:", *(_help_line(c) for c in COMMANDS if "help" in c.scopes)])
+
+
+def help_text(channel: str) -> str:
+    """/help on `channel`: the commands offered in help that this channel answers."""
+    lines = (_help_line(c) for c in COMMANDS if "help" in c.scopes and c.offered(channel))
+    return "\n".join(["Commands:", *lines])
 
 
 def command_menu() -> tuple[tuple[str, str], ...]:

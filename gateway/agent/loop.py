@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.agent.apology import apology
-from gateway.agent.commands import AGENT_COMMANDS, HELP_TEXT, command_args, parse_command
+from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
 from gateway.agent.context import ContextBuilder
 from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
@@ -224,7 +224,7 @@ class AgentLoop:
         if command is not None and command.name in AGENT_COMMANDS:
             return await self._command(command.name, message)
         if command is not None:
-            return f"Unknown command /{command.name}.\n\n{HELP_TEXT}"
+            return f"Unknown command /{command.name}.\n\n{help_text(message.channel)}"
         if not message.text.strip() and not message.media:
             return None
         async with self._session_lock(message.key), self._slots:
@@ -245,7 +245,7 @@ class AgentLoop:
     async def _command(self, name: str, message: InboundMessage) -> str:
         key = message.key
         if name == "help":
-            return HELP_TEXT
+            return help_text(message.channel)
         if name == "stop":
             turn = self._running.get(key)
             if turn is None or turn.done():

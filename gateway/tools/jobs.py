@@ -2,7 +2,8 @@
 `cancel_job` tools (private chats only) and the `/jobs` command.
 
 The chat a job belongs to is the chat whose turn made it (`turn_origin`), never an argument the
-model could point elsewhere; so is its maker, whose rights the job's runs have.
+model could point elsewhere; so is its maker, whose rights the job's runs have. So the terminal
+makes none: nothing there could take a message when the job is due.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from gateway.bus import InboundMessage
 from gateway.tools.registry import Tool, ToolError, turn_origin
 
 GROUP_REFUSAL = "scheduled jobs can be made only in a private chat with the owner"
+# A terminal is there only while someone types in it (attached to the service or not), so a job's
+# message would wait, owed, for a chat that may never come back.
+TERMINAL_REFUSAL = (
+    "the terminal has no way to deliver a message later; schedule from Telegram or Discord"
+)
 
 
 class JobTools:
@@ -36,6 +42,8 @@ class JobTools:
 
     async def _schedule(self, arguments: dict[str, Any]) -> str:
         origin = self._origin()
+        if origin.channel == "terminal":
+            raise ToolError(TERMINAL_REFUSAL)
 
         def text(key: str) -> str | None:
             value = arguments.get(key)
