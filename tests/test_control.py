@@ -5,21 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 
 from gateway.automation.jobs import new_job
 from gateway.service.app import Runtime
-from gateway.service.control import MAX_REQUEST, control_server, request, socket_path
-from gateway.tools.jobs import JobTools
+from gateway.service.control import MAX_REQUEST, request
+from tests.control_socket import UTC, exchange, no_tracebacks, serving
 from tests.fakes.llm import FakeLLM
-
-UTC = ZoneInfo("UTC")
 
 # Each request is refused, and its error names the field at fault.
 BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
@@ -45,40 +39,6 @@ BAD_REQUESTS: list[tuple[dict[str, Any], str]] = [
 ]
 # Lines that are not one JSON object; each gets an error line and no traceback.
 BAD_LINES = [b"not json\n", b"[1, 2]\n", b'"chat"\n', b"\xff\xfe\n", b"[" * 100_000 + b"\n"]
-
-
-async def exchange(path: Path, raw: bytes) -> dict[str, Any]:
-    """Write `raw` as it is and read the one answer line."""
-    reader, writer = await asyncio.open_unix_connection(str(path))
-    try:
-        writer.write(raw)
-        with suppress(ConnectionError):  # the server may answer and close before taking it all
-            await writer.drain()
-        async with asyncio.timeout(10):
-            line = await reader.readline()
-    finally:
-        writer.close()
-        with suppress(ConnectionError):
-            await writer.wait_closed()
-    answer: dict[str, Any] = json.loads(line)
-    return answer
-
-
-@asynccontextmanager
-async def serving(runtime: Runtime, idle_timeout: float = 10.0) -> AsyncIterator[Path]:
-    """The service's control socket on the real agent, its owed answers and its jobs op."""
-    path = socket_path(runtime.config.state_dir)
-    jobs = {"jobs": JobTools(runtime.scheduler, UTC).control_op}
-    agent = runtime.agent
-    async with control_server(
-        path, agent.handle, dict, owed=agent.owed, ops=jobs, idle_timeout=idle_timeout
-    ):
-        yield path
-
-
-def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
-    traced = [r.getMessage() for r in caplog.records if r.exc_info]
-    assert traced == []
 
 
 async def test_every_field_of_every_request_is_checked_before_anything_runs(

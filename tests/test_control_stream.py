@@ -10,8 +10,8 @@ import pytest
 from channels.terminal import Printer, TerminalChannel
 from gateway.service.app import Runtime
 from gateway.service.control import remote_handler, request
+from tests.control_socket import exchange, no_tracebacks, serving
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_control import exchange, no_tracebacks, serving
 
 
 class Pieces:

@@ -10,7 +10,7 @@ from gateway.agent.commands import COMMANDS, help_text
 from gateway.service.app import Runtime
 from tests.conftest import build_config, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_chat_beside_service import Terminal
+from tests.terminal import Terminal
 
 
 async def test_terminal_help_lists_only_what_the_terminal_answers(runtime: Runtime) -> None:
