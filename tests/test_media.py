@@ -163,8 +163,12 @@ async def test_consolidation_sees_transcripts_and_captions_not_files(
     fake_llm.transcripts.append(text("buy oat milk on the way home"))
     async with make_runtime() as runtime:
         workspace = runtime.config.workspace
-        await runtime.agent.handle(attach(workspace, "V.oga", ogg_opus(3), "voice"))
-        await runtime.agent.handle(attach(workspace, "p.jpg", jpeg(300, 200), "image", "my desk"))
+        voice = attach(workspace, "V.oga", ogg_opus(3), "voice")
+        photo = attach(workspace, "p.jpg", jpeg(300, 200), "image", "my desk")
+        for message in (voice, photo):
+            reply = await runtime.agent.handle(message)
+            assert reply is not None and reply.on_sent is not None
+            await reply.on_sent()  # delivered, as a channel reports it: /new need not wait
         await runtime.agent.handle(inbound("/new"))
         await runtime.consolidator.wait_idle()
     [request] = fake_llm.consolidation_requests()
