@@ -34,6 +34,15 @@ from tests.fakes.llm import FakeLLM, start_fake_llm
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one and a half workers a core (3 on 2). Much of a test's time is spent waiting
+    (on child processes, retries, timeouts), which a worker more than cores fills with work.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, still decides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return max(1, len(os.sched_getaffinity(0)) * 3 // 2)
+
+
 @pytest.fixture(autouse=True)
 def _offline_tiktoken(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
