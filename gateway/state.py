@@ -1,8 +1,9 @@
 """The state folder: what the gateway keeps for itself, outside the workspace the model sees.
 
-It holds the Telegram inbox journals and channel state, the search index, the lock and the
-terminal's line history. Earlier versions kept these inside the workspace (`.state/`, `.index/`,
-`.memgate.lock`); `move_workspace_state()` moves them out once, at start, under the lock.
+It holds the Telegram inbox journals and channel state, the search index, the lock, the
+terminal's line history and the MCP tool lists remembered from each server's last start. Earlier
+versions kept these inside the workspace (`.state/`, `.index/`, `.memgate.lock`);
+`move_workspace_state()` moves them out once, at start, under the lock.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from memory.fileio import DIR_MODE, FILE_MODE, ensure_private_dir
 log = logging.getLogger(__name__)
 
 INDEX_DIR = "index"
+MCP_TOOLS = "mcp-tools.json"
 OLD_STATE, OLD_INDEX, OLD_LOCK = ".state", ".index", ".memgate.lock"
+
+
+def mcp_tools_path(state_dir: Path) -> Path:
+    """The MCP tool lists remembered from each server's last start."""
+    return state_dir / MCP_TOOLS
 
 
 def index_path(state_dir: Path) -> Path:

@@ -42,11 +42,18 @@ def mcp_of(runtime: Runtime) -> McpServers:
     return runtime.mcp
 
 
+async def connected(runtime: Runtime) -> Runtime:
+    """The runtime once each server's first start has ended: a new server's tools are offered."""
+    await mcp_of(runtime).started()
+    return runtime
+
+
 async def test_stdio_tool_result_reaches_the_next_request_and_the_session(
     make_runtime: RuntimeFactory, fake_llm: FakeLLM
 ) -> None:
     """demo__add is offered with its schema; its answer is the next request's tool result, stored."""
     async with make_runtime(servers(demo=stdio_server())) as runtime:
+        await connected(runtime)
         fake_llm.push(tool_call("demo__add", {"a": 2, "b": 40}, call_id="c1"))
         fake_llm.push(text("It is 42."))
         reply = await runtime.agent.handle(inbound("add 2 and 40"))
@@ -68,6 +75,7 @@ async def test_long_results_are_capped_and_other_content_is_named(
 ) -> None:
     """A 50,000-character result is cut to 16,000 with a marker; an image is named, not sent."""
     async with make_runtime(servers(demo=stdio_server())) as runtime:
+        await connected(runtime)
         fake_llm.push(tool_call("demo__shout", {"times": 10_000}, call_id="c1"))
         fake_llm.push(tool_call("demo__picture", {}, call_id="c2"))
         fake_llm.push(text("done"))
@@ -88,6 +96,7 @@ async def test_http_server_gets_its_headers_and_answers(
     async with serve_http() as url:
         entry["url"] = url
         async with make_runtime(servers(web=entry)) as runtime:
+            await connected(runtime)
             secrets = runtime.config.secrets()
             assert {"Bearer mcp-secret-token-123", "mcp-secret-token-123"} <= set(secrets)
             fake_llm.push(tool_call("web__add", {"a": 1, "b": 2}, call_id="c1"))
@@ -105,6 +114,7 @@ async def test_a_call_past_its_timeout_says_so_and_the_turn_completes(
 ) -> None:
     """demo__sleep past `timeout` gives 'timed out' to the model; the server keeps serving."""
     async with make_runtime(servers(demo=stdio_server(timeout=0.5))) as runtime:
+        await connected(runtime)
         fake_llm.push(tool_call("demo__sleep", {"seconds": 30}, call_id="c1"))
         fake_llm.push(tool_call("demo__add", {"a": 1, "b": 1}, call_id="c2"))
         fake_llm.push(text("finished"))
@@ -122,6 +132,7 @@ async def test_a_crashed_server_is_unavailable_then_restarted(
     starts = tmp_path / "starts.txt"
     entry = stdio_server(env={"FAKE_MCP_STARTS": str(starts)})
     async with make_runtime(servers(demo=entry)) as runtime:
+        await connected(runtime)
         connection = mcp_of(runtime).connection("demo")
         fake_llm.push(tool_call("demo__crash", {}, call_id="c1"))
         fake_llm.push(text("it crashed"))
@@ -161,6 +172,7 @@ async def test_a_server_that_fails_to_start_is_logged_once_and_skipped(
     )
     with caplog.at_level(logging.DEBUG, logger="gateway.tools.mcp"):
         async with make_runtime(config) as runtime:
+            await connected(runtime)
             states = {c.name: c.state for c in mcp_of(runtime).connections}
             assert states == {"broken": "failed", "gone": "failed", "demo": UP}
             fake_llm.push(tool_call("demo__add", {"a": 3, "b": 4}, call_id="c1"))
@@ -182,6 +194,7 @@ async def test_group_chats_get_mcp_tools_only_when_scopes_include_group(
     """Default scopes keep MCP tools to private chats; `scopes: [private, group]` adds groups."""
     config = servers(mine=stdio_server(), shared=stdio_server(scopes=["private", "group"]))
     async with make_runtime(config) as runtime:
+        await connected(runtime)
         await runtime.agent.handle(inbound("hi", chat_id="-100", is_group=True))
         group = offered(fake_llm.chat_requests()[-1])
         await runtime.agent.handle(inbound("hi", chat_id="9", sender_is_owner=False))
@@ -202,6 +215,7 @@ async def test_allow_list_and_disabled_servers(
         off=stdio_server(enabled=False, env={"X": "${UNSET_MCP_VARIABLE}"}),
     )
     async with make_runtime(config) as runtime:
+        await connected(runtime)
         assert [c.name for c in mcp_of(runtime).connections] == ["demo"]
         await runtime.agent.handle(inbound("hi"))
     names = offered(fake_llm.chat_requests()[-1])
@@ -213,6 +227,7 @@ async def test_arguments_are_checked_against_the_schema_before_the_call(
 ) -> None:
     """Arguments of the wrong type come back as an error naming the field; no call is made."""
     async with make_runtime(servers(demo=stdio_server())) as runtime:
+        await connected(runtime)
         fake_llm.push(tool_call("demo__add", {"a": "two", "b": 2}, call_id="c1"))
         fake_llm.push(text("oops"))
         await runtime.agent.handle(inbound("add"))
@@ -245,6 +260,7 @@ async def test_a_server_that_never_answers_fails_within_its_start_timeout(
     """A server that starts but never speaks is given up after start_timeout; memgate answers."""
     config = servers(mute={"command": "sleep", "args": ["60"], "start_timeout": 0.5})
     async with make_runtime(config) as runtime:
+        await connected(runtime)
         [mute] = mcp_of(runtime).connections
         assert mute.state == "failed" and mute.error == "no answer within 0.5 s"
         reply = await runtime.agent.handle(inbound("hello"))
@@ -260,6 +276,7 @@ async def test_a_stdio_server_gets_its_own_env_and_none_of_memgates_secrets(
         plain=stdio_server(), given=stdio_server(env={"FAKE_MCP_SECRET": "given-to-server"})
     )
     async with make_runtime(config) as runtime:
+        await connected(runtime)
         fake_llm.push(tool_call("plain__whoami", {}, call_id="c1"))
         fake_llm.push(tool_call("given__whoami", {}, call_id="c2"))
         fake_llm.push(text("ok"))

@@ -27,7 +27,7 @@ from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
 from gateway.service.metrics import Metrics
-from gateway.state import check_apart, move_workspace_state
+from gateway.state import check_apart, mcp_tools_path, move_workspace_state
 from gateway.tools.jobs import JobTools
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
@@ -179,6 +179,10 @@ async def _build_runtime(
             mcp.tools_by_scope() if mcp is not None else {},
             private_tools=job_tools.tools(),
         )
+        if mcp is not None:
+            # No await since the box was built: a server that connects from now on is seen.
+            watched = mcp
+            mcp.on_change = lambda: tools.offer(watched.tools_by_scope())
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
@@ -248,7 +252,9 @@ async def _build_runtime(
 async def _start_mcp(
     config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup
 ) -> McpServers | None:
-    """The enabled MCP servers, started; None when there are none.
+    """The enabled MCP servers, connecting in the background; None when there are none.
+
+    Nothing waits for them: each offers the tools remembered from its last start at once.
 
     The MCP SDK takes longer to import than the rest of the gateway together, so a gateway
     without servers (and every `memgate chat` on one) never imports it.
@@ -258,7 +264,7 @@ async def _start_mcp(
         return None
     from gateway.tools.mcp import McpServers
 
-    mcp = McpServers(servers)
+    mcp = McpServers(servers, mcp_tools_path(config.state_dir))
     stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
-    await mcp.start(group)
+    mcp.launch(group)
     return mcp

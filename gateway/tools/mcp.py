@@ -1,9 +1,12 @@
 """Tools from MCP servers: each configured server kept connected, its tools offered as `<server>__<tool>`.
 
-The only module that imports the `mcp` SDK (and the httpx2 and jsonschema it brings). A server
-that fails to start is logged and left out; one that dies mid-session is restarted with backoff,
-and its tools answer "unavailable" meanwhile. Nothing a server does can end a turn: every failure
-becomes a short text for the model.
+The only module that imports the `mcp` SDK (and the httpx2 and jsonschema it brings). No start
+waits for a server: each connects in the background, and the tools it listed at its last
+successful start with the same config (mcp_cache) are offered at once; a call to one waits for the
+connection up to the server's start_timeout. A server seen for the first time is offered once it
+has connected. A server that fails to start is logged and left out; one that dies mid-session is
+restarted with backoff, and its tools answer "unavailable" meanwhile. Nothing a server does can
+end a turn: every failure becomes a short text for the model.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import json
 import logging
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -38,6 +42,7 @@ from mcp.types import Tool as McpTool
 
 from gateway.config.models import McpServerConfig
 from gateway.errors import describe_errors
+from gateway.tools.mcp_cache import ToolCache
 from gateway.tools.registry import Tool, ToolError, ToolFunc
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,7 @@ log = logging.getLogger(__name__)
 MAX_RESULT_CHARS = 16_000
 RESTART_FIRST_DELAY = 0.5  # seconds before the first restart of a server that died
 RESTART_MAX_DELAY = 60.0
+START_GIVE_UP_GRACE = 5.0  # seconds the SDK may take to stop a server that never answered
 MAX_TOOL_PAGES = 20  # a server whose tool list never ends cannot hold the start up forever
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 SEPARATOR = "__"
@@ -140,22 +146,26 @@ def _render_block(block: ContentBlock) -> str:
 class McpConnection:
     """One configured server, kept connected by `run()` until it is cancelled.
 
-    `tools` is what the first start listed: the tools the model is offered for the whole
-    process; a restarted server serves the same names.
+    `tools` is what the server is known to offer: the remembered list until the first start, then
+    what that start listed, for the rest of the process (a restarted server serves the same
+    names). `on_listed` is called once the first start has ended, up or failed.
     """
 
-    def __init__(self, name: str, settings: McpServerConfig) -> None:
+    def __init__(
+        self, name: str, settings: McpServerConfig, remembered: list[RemoteTool] | None = None
+    ) -> None:
         self.name = name
         self.settings = settings
         self.state = STARTING
         self.error = ""
-        self.tools: list[RemoteTool] = []
+        self.tools: list[RemoteTool] = remembered or []
         self.restarts = 0
+        self.on_listed: Callable[[McpConnection], None] | None = None
         self._client: Client | None = None
         self._broken = asyncio.Event()
         self._started = asyncio.Event()  # the first start ended, up or failed
         self._changed = asyncio.Condition()
-        self._validators: dict[str, Draft202012Validator] = {}
+        self._validators = {t.name: Draft202012Validator(t.parameters) for t in self.tools}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -208,8 +218,10 @@ class McpConnection:
 
     async def _set_state(self, state: str, error: str) -> None:
         self.state, self.error = state, error
-        if state in (UP, FAILED):
+        if state in (UP, FAILED) and not self._started.is_set():
             self._started.set()
+            if self.on_listed is not None:
+                self.on_listed(self)
         async with self._changed:
             self._changed.notify_all()
 
@@ -257,8 +269,21 @@ class McpConnection:
 
     # -- calls ---------------------------------------------------------------------------------------
     async def call(self, tool: RemoteTool, arguments: dict[str, Any]) -> str:
-        """Call one tool; timeouts, a dead server and protocol errors become ToolError."""
-        errors = self._validators[tool.name].iter_errors(arguments)
+        """Call one tool; timeouts, a dead server and protocol errors become ToolError.
+
+        Before the first start has ended (a remembered tool) the call waits for it.
+        """
+        if not self._started.is_set():
+            try:
+                # `run()` gives up at start_timeout, then takes a stopped server's grace to say so.
+                async with asyncio.timeout(self.settings.start_timeout + START_GIVE_UP_GRACE):
+                    await self._started.wait()
+            except TimeoutError:
+                raise ToolError(self._unavailable()) from None
+        validator = self._validators.get(tool.name)
+        if validator is None:  # remembered, but the server no longer lists it
+            raise ToolError(f"the MCP server {self.name!r} no longer offers {tool.name!r}")
+        errors = validator.iter_errors(arguments)
         problem = best_match(errors)
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path) or "arguments"
@@ -296,6 +321,13 @@ class McpConnection:
             self._broken.set()
 
     def _unavailable(self) -> str:
+        if self.state == FAILED:
+            return f"the MCP server {self.name!r} is unavailable right now ({self.error}); it did not start"
+        if self.state == STARTING:
+            return (
+                f"the MCP server {self.name!r} is unavailable right now "
+                f"(no answer within {self.settings.start_timeout:g} s); it did not start"
+            )
         return (
             f"the MCP server {self.name!r} is unavailable right now "
             f"({self.error or self.state}); memgate is restarting it, try again later"
@@ -303,21 +335,58 @@ class McpConnection:
 
 
 class McpServers:
-    """Every enabled server of `tools.mcp_servers`, and their tools for each scope."""
+    """Every enabled server of `tools.mcp_servers`, and their tools for each scope.
 
-    def __init__(self, servers: dict[str, McpServerConfig]) -> None:
-        self.connections = [McpConnection(n, s) for n, s in servers.items() if s.enabled]
+    With a `cache` path, each server's remembered tools are offered before it connects, and what
+    it lists once connected is remembered for the next start. `on_change` is called whenever a
+    server's offered tools may have changed (its first start ended).
+    """
+
+    def __init__(self, servers: dict[str, McpServerConfig], cache: Path | None = None) -> None:
+        self._cache = ToolCache(cache) if cache is not None else None
+        self.connections = [
+            McpConnection(n, s, self._remembered(n, s)) for n, s in servers.items() if s.enabled
+        ]
+        for connection in self.connections:
+            connection.on_listed = self._listed
         self.disabled = [name for name, settings in servers.items() if not settings.enabled]
+        self.on_change: Callable[[], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _remembered(self, name: str, settings: McpServerConfig) -> list[RemoteTool]:
+        entries = self._cache.load(name, settings) if self._cache is not None else None
+        if not entries:
+            return []
+        try:
+            return [RemoteTool(server=name, **entry) for entry in entries]
+        except TypeError:  # a cache written by another version: the server is listed afresh
+            return []
+
+    def _listed(self, connection: McpConnection) -> None:
+        if self._cache is not None and connection.state == UP:
+            remembered = [asdict(t) for t in connection.tools]
+            for entry in remembered:
+                del entry["server"]  # the key already names it
+            self._cache.save(connection.name, connection.settings, remembered)
+        if self.on_change is not None:
+            self.on_change()
+
+    def launch(self, group: asyncio.TaskGroup) -> None:
+        """Start every server in the background, in `group`; returns at once."""
+        if self._tasks:
+            raise RuntimeError("the MCP servers are already started")
+        self._tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in self.connections]
 
     async def start(self, group: asyncio.TaskGroup) -> None:
         """Start every server in parallel in `group`; return once each is up or has failed.
 
         Each start is bounded by its server's `start_timeout`, so this is too.
         """
-        if self._tasks:
-            raise RuntimeError("the MCP servers are already started")
-        self._tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in self.connections]
+        self.launch(group)
+        await self.started()
+
+    async def started(self) -> None:
+        """Wait until every server's first start has ended, up or failed."""
         await asyncio.gather(*(c.started() for c in self.connections))
 
     async def stop(self) -> None:
@@ -336,6 +405,8 @@ class McpServers:
         """Each scope name's tools, as the tool registry takes them."""
         by_scope: dict[str, list[Tool]] = {}
         for connection in self.connections:
+            if connection.state == FAILED:
+                continue  # its remembered tools would only ever answer "unavailable"
             for remote in connection.tools:
                 tool = Tool(
                     remote.qualified,

@@ -34,6 +34,11 @@ class ToolBox:
         self.private_tools = private_tools if private_tools is not None else []
         self._built: dict[Scope, ToolRegistry] = {}
 
+    def offer(self, by_scope: Mapping[str, list[Tool]]) -> None:
+        """Replace the tools offered per scope name (an MCP server connected): later turns see them."""
+        self.by_scope = dict(by_scope)
+        self._built.clear()
+
     def for_scope(self, scope: Scope) -> ToolRegistry:
         registry = self._built.get(scope)
         if registry is None:

@@ -6,6 +6,7 @@ over streamable HTTP on 127.0.0.1:N at /mcp (N=0: a free port, named on stdout).
 `crash` (the process exits mid-call) and `whoami` (echoes the request's headers or environment,
 to check what memgate passes on).
 Each start appends a line to the file named by `$FAKE_MCP_STARTS`, so a test can wait for a restart.
+With `$FAKE_MCP_GATE` set, the server says nothing until that file exists: a server slow to start.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import base64
 import os
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -119,6 +121,9 @@ def main() -> None:
     if starts:
         with Path(starts).open("a", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()}\n")
+    gate = os.environ.get("FAKE_MCP_GATE")
+    while gate and not Path(gate).exists():
+        time.sleep(0.05)  # another process opens the gate: nothing to wait on but the file
     if args.transport == "stdio":
         server.run("stdio")
         return
