@@ -34,6 +34,9 @@ _AUTOLINK = re.compile(r"<((?:https?|tg|mailto):[^\s<>]+)>", re.IGNORECASE)
 _BARE_URL = re.compile(r"https?://[^\s<>]+", re.IGNORECASE)
 _SAFE_SCHEME = re.compile(r"(?:https?://|tg://|mailto:)\S", re.IGNORECASE)
 _ESCAPABLE = frozenset("\\`*_{}[]()#+-.!|~<>")
+# A run of characters none of _inline's branches starts at (escapes, code, links, bare URLs,
+# emphasis): copied through whole instead of one character at a time.
+_PLAIN = re.compile(r"[^\\`\[<hH*_~]+")
 
 # Delimiter runs tried at each position, longest first, with the tag each one makes.
 _EMPHASIS = (("**", "b"), ("__", "b"), ("~~", "s"), ("*", "i"), ("_", "i"))
@@ -188,6 +191,11 @@ def _inline(s: str, active: frozenset[str] = frozenset()) -> str:
     dead: dict[str, int] = {}  # delimiter -> position after which it has no closer
     i, n = 0, len(s)
     while i < n:
+        if plain := _PLAIN.match(s, i):
+            # No branch below can start at any of these characters: escape the run at once.
+            out.append(_escape(plain.group()))
+            i = plain.end()
+            continue
         c = s[i]
         if c == "\\" and i + 1 < n and s[i + 1] in _ESCAPABLE:
             out.append(_escape(s[i + 1]))
