@@ -593,8 +593,8 @@ async def test_shutdown_leaves_unfinished_messages_for_the_next_start(
 async def test_a_replayed_update_that_cannot_be_taken_is_logged_once_and_finished(
     fake: FakeTelegram, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """At a restart the pairing store cannot be read (an OSError judging a DM): the replayed DM is
-    logged once and finished, not replayed again; the channel serves the next message."""
+    """At a restart judging the replayed DM fails (a pairing store that raises): the DM is logged
+    once and finished, not replayed again; the channel serves the next message."""
     started, never = asyncio.Event(), asyncio.Event()
 
     async def stuck(message: InboundMessage, stream: object = None) -> OutboundMessage:
@@ -608,8 +608,14 @@ async def test_a_replayed_update_that_cannot_be_taken_is_logged_once_and_finishe
         update = fake.message("left for the next start")
         await started.wait()
     assert pending_ids(tmp_path) == {update}
-    (tmp_path / "blocked").write_text("a file where the pairing folder should be")
-    broken = PairingStore(tmp_path / "blocked" / "state")
+
+    class BrokenStore(PairingStore):
+        """The store as a failing disk would leave it, were its own errors not caught inside."""
+
+        def is_approved(self, channel: str, sender_id: str) -> bool:
+            raise OSError("the pairing file cannot be read")
+
+    broken = BrokenStore(tmp_path / "state")
     handler = Recorder()
     async with running(make_channel(fake, tmp_path, handler, pairing=broken, **options)):
         fake.message("@memgate_bot in the group", chat_id=-100)  # a group never asks the store
