@@ -121,8 +121,10 @@ def main() -> None:
     if starts:
         with Path(starts).open("a", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()}\n")
-    gate = os.environ.get("FAKE_MCP_GATE")
+    gate, parent = os.environ.get("FAKE_MCP_GATE"), os.getppid()
     while gate and not Path(gate).exists():
+        if os.getppid() != parent:  # memgate is gone without stopping us: do not linger
+            sys.exit(1)
         time.sleep(0.05)  # another process opens the gate: nothing to wait on but the file
     if args.transport == "stdio":
         server.run("stdio")
