@@ -32,8 +32,11 @@ for tool in unshare nsenter; do command -v $tool >/dev/null || skip "no $tool on
 mirror() {
     [ -n "${MIRROR:-}" ] && { echo "$MIRROR"; return; }
     # The mirror apt is configured with: deb822 sources first, then the one-line format.
-    sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1
-    sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null | grep -v security | head -1
+    # Either file may be missing (pipefail and set -e would end the script on it): no match is "".
+    { sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } \
+        | { grep -v security || true; } | head -1
+    { sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) .*/\2/p' /etc/apt/sources.list 2>/dev/null || true; } \
+        | { grep -v security || true; } | head -1
 }
 
 if ! command -v systemd-nspawn >/dev/null || { [ ! -x "$BASE/lib/systemd/systemd" ] && ! command -v debootstrap >/dev/null; }; then
