@@ -216,14 +216,8 @@ class PairingStore:
 
     def approve(self, code: str, approved_by: str, channel: str | None = None) -> Approved:
         """Let in the sender holding `code` (of `channel` only, when given)."""
-        wanted = code.strip().upper()
         with self._changing() as table:
-            found = next(
-                (p for p in table.pending if p.code == wanted and channel in (None, p.channel)),
-                None,
-            )
-            if found is None:
-                raise PairingError(f"no pending pairing code {wanted} (expired, or never issued)")
+            found = _pending_code(table, code, channel)
             table.pending.remove(found)
             table.approved = [
                 a
@@ -245,14 +239,8 @@ class PairingStore:
     def reject(self, code: str, channel: str | None = None) -> Pending:
         """Drop the code (of `channel` only, when given): its place is free for the next stranger,
         and its holder gets no new code for `CODE_TTL`."""
-        wanted = code.strip().upper()
         with self._changing() as table:
-            found = next(
-                (p for p in table.pending if p.code == wanted and channel in (None, p.channel)),
-                None,
-            )
-            if found is None:
-                raise PairingError(f"no pending pairing code {wanted} (expired, or never issued)")
+            found = _pending_code(table, code, channel)
             self._reject(table, [found])
         return found
 
@@ -403,3 +391,14 @@ def pair_command(
         return f"Not approved: {exc}."
     who = approved.name or approved.sender_id
     return f"Approved {who} (id {approved.sender_id}): their next message will be answered."
+
+
+def _pending_code(table: _Table, code: str, channel: str | None) -> Pending:
+    """The waiting code `code` (of `channel` only, when given), or a PairingError saying so."""
+    wanted = code.strip().upper()
+    found = next(
+        (p for p in table.pending if p.code == wanted and channel in (None, p.channel)), None
+    )
+    if found is None:
+        raise PairingError(f"no pending pairing code {wanted} (expired, or never issued)")
+    return found
