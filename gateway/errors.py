@@ -8,6 +8,7 @@ MemgateError
 └── LLMError               the chat model could not answer
     ├── LLMTimeoutError        no answer within llm.timeout
     ├── LLMConnectionError     the endpoint could not be reached
+    ├── LLMBrokenStreamError   a stream the server broke off with an error after HTTP 200
     └── LLMStatusError         any HTTP error status
         ├── LLMRateLimitError      429; keeps retry_after
         └── LLMToolsUnsupportedError   the model cannot call tools
@@ -82,6 +83,17 @@ class LLMConnectionError(LLMError):
     @property
     def cause(self) -> str:
         return f"could not reach {self.endpoint or 'the model'} (llm.base_url: is the server up?)"
+
+
+class LLMBrokenStreamError(LLMError):
+    """The server answered HTTP 200, then sent an error event inside the stream (llama.cpp's
+    way to fail once it has begun): its message is the server's own words."""
+
+    user_message = "Sorry, the language model broke off its answer. Please try again."
+
+    @property
+    def cause(self) -> str:
+        return str(self)
 
 
 class LLMStatusError(LLMError):

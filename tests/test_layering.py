@@ -71,6 +71,7 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "jsonschema": "gateway/tools/mcp.py",
     "ruamel": "gateway/config/file.py",
     "argcomplete": "gateway/cli/completion.py",
+    "json_repair": "gateway/llm/arguments.py",
 }
 
 

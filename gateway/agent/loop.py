@@ -32,7 +32,7 @@ from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
 from gateway.agent.status import chat_status
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
-from gateway.agent.turn_notes import mark_stopped, tool_note
+from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
 from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
@@ -459,8 +459,16 @@ class AgentLoop:
             written.append(piece)
             await stream.write(piece)
 
+        async def restart() -> None:
+            # The text shown was cut off, not finished: a note stands in for it until the
+            # answer, asked again, is written anew (and /stop keeps only the new text).
+            written.clear()
+            await stream.status(RESTART_NOTE)
+
         try:
-            return await self.provider.stream_chat(request, schemas, on_text=write)
+            return await self.provider.stream_chat(
+                request, schemas, on_text=write, on_restart=restart
+            )
         except asyncio.CancelledError:
             task = asyncio.current_task()
             partial = "".join(written).strip()

@@ -21,6 +21,10 @@ _DOING = {
 }
 
 
+# Shown in place of an answer the model's stream broke off, while it is asked again.
+RESTART_NOTE = "the answer broke off; asking the model again…"
+
+
 def mark_stopped(partial: str) -> str:
     """The answer as far as it got when /stop came, marked so nobody takes it for the whole."""
     return f"{partial.rstrip()}\n\n{STOPPED_MARK}"

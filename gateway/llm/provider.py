@@ -21,6 +21,7 @@ import openai
 
 from gateway.bus import scrub
 from gateway.errors import (
+    LLMBrokenStreamError,
     LLMConnectionError,
     LLMError,
     LLMRateLimitError,
@@ -29,11 +30,13 @@ from gateway.errors import (
     LLMToolsUnsupportedError,
     TranscriptionError,
 )
+from gateway.llm.arguments import valid_arguments
 from gateway.llm.stream_parts import StreamParts
 from gateway.llm.types import (
     IMAGES_REFUSED,
     TOOLS_REFUSED,
     ChatResponse,
+    RestartSink,
     StreamSupport,
     TextSink,
     ToolCall,
@@ -48,6 +51,16 @@ from gateway.logs import redact
 from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
+
+
+class _StreamCutError(Exception):
+    """A stream that ended (`[DONE]` or the end of the body) without a finish_reason: broken
+    off, not finished. llama-cpp-python's server ends a running stream so when another request
+    arrives (its default `interrupt_requests`). `shown`: text of it went to the sink."""
+
+    def __init__(self, shown: bool) -> None:
+        super().__init__("the stream ended without a finish_reason")
+        self.shown = shown
 
 
 class OpenAIProvider:
@@ -105,8 +118,11 @@ class OpenAIProvider:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
+        *,
+        max_tokens: int | None = None,
     ) -> ChatResponse:
         """One completion; with tools off (`llm.tools`, or learnt in `auto`) none are sent.
+        `max_tokens`: this call's output limit, in place of the provider's (`llm.max_tokens`).
 
         When the endpoint answers that the model cannot call tools, a plain reply (no
         `tool_choice`) is asked again without them; a call that insists on a tool (consolidation)
@@ -115,7 +131,7 @@ class OpenAIProvider:
         """
         for attempt in range(5):  # at most one adaptation per refused parameter
             kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-            kwargs[self._limit_key] = self.max_tokens
+            kwargs[self._limit_key] = max_tokens or self.max_tokens
             if self._send_temperature:
                 kwargs["temperature"] = self.temperature
             sends_tools = bool(tools) and self.tool_support.enabled
@@ -212,6 +228,7 @@ class OpenAIProvider:
         tools: list[dict[str, Any]] | None = None,
         *,
         on_text: TextSink,
+        on_restart: RestartSink | None = None,
     ) -> ChatResponse:
         """One completion asked as a stream: each piece of answer text goes to `on_text` as it
         arrives, tool-call fragments are put together, usage is asked for where it is offered.
@@ -220,8 +237,13 @@ class OpenAIProvider:
         before anything streamed is asked again whole; when that succeeds, the endpoint refuses
         streaming: it is switched off for the process with one warning, and from then on (as for
         this call) the whole text goes to `on_text` at once.
+
+        A stream that ends without a finish_reason was broken off, and its text is no answer:
+        the request is sent again, streamed, then whole if that breaks too (a server does not
+        interrupt a whole answer). `on_restart` is told before the text begins anew.
         """
-        for _ in range(5):  # at most one adaptation per refused parameter
+        cuts = 0
+        for _ in range(6):  # at most one adaptation per refused parameter, and one cut
             if not self.stream_support.enabled:
                 break
             kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
@@ -235,6 +257,15 @@ class OpenAIProvider:
                 kwargs["tools"] = tools
             try:
                 return await self._stream(kwargs, on_text)
+            except _StreamCutError as cut:
+                cuts += 1
+                again = "streamed" if cuts == 1 else "whole"
+                log.warning("stream broke off; asking again %s model=%s", again, self.model)
+                if cut.shown and on_restart is not None:
+                    await on_restart()
+                if cuts == 1:
+                    continue
+                break
             except LLMStatusError as exc:
                 if exc.status not in (400, 422):
                     raise
@@ -306,13 +337,16 @@ class OpenAIProvider:
             if ours is exc:
                 raise
             raise ours from exc
-        if not parts.chunks:
-            raise self._error(LLMError, "unusable answer from the model: an empty stream")
+        if parts.finish_reason is None:  # an empty stream too
+            raise _StreamCutError(shown=bool(parts.text))
         content = parts.content
+        cut = parts.finish_reason == "length"
         return ChatResponse(
             content=scrub(content) if content else content,
             tool_calls=tuple(
-                ToolCall(id=call_id, name=scrub(name), arguments=scrub(arguments))
+                ToolCall(
+                    id=call_id, name=scrub(name), arguments=scrub(valid_arguments(arguments, cut))
+                )
                 for call_id, name, arguments in parts.calls()
             ),
             finish_reason=parts.finish_reason,
@@ -342,6 +376,8 @@ class OpenAIProvider:
                 model=self.model,
                 endpoint=self.endpoint,
             )
+        if type(exc) is openai.APIError:  # the SDK's reading of an error event in the stream
+            return self._error(LLMBrokenStreamError, f"the server broke off: {exc.message}")
         if isinstance(exc, openai.OpenAIError | ValueError):
             return self._error(LLMError, f"unusable answer from the model: {exc}")
         return exc

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
+from gateway.llm.arguments import valid_arguments
 from gateway.llm.types import ChatProvider, ForcedCalls, ToolSupport
 from memory.errors import ModelCallError
 
@@ -77,7 +78,8 @@ class ProviderSummaryModel:
             response = await self._provider().chat(asked)
         except LLMError as exc:
             raise ModelCallError(str(exc)) from exc
-        return json_text(response.content or "")
+        cut = response.finish_reason == "length"
+        return valid_arguments(json_text(response.content or ""), cut)
 
 
 def json_text(content: str) -> str:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from gateway.bus import scrub
 from gateway.errors import LLMError
+from gateway.llm.arguments import valid_arguments
 
 log = logging.getLogger("gateway.llm.provider")
 
@@ -25,7 +26,7 @@ log = logging.getLogger("gateway.llm.provider")
 class ToolCall:
     id: str
     name: str
-    arguments: str  # raw JSON text as the model sent it
+    arguments: str  # JSON text: as the model sent it, or made valid (gateway/llm/arguments.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,8 @@ class ChatResponse:
 
 
 TextSink = Callable[[str], Awaitable[None]]
+# The text handed to a TextSink so far is void: the stream broke and its answer is asked again.
+RestartSink = Callable[[], Awaitable[None]]
 
 
 class ChatProvider(Protocol):
@@ -50,7 +53,11 @@ class ChatProvider(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
-    ) -> ChatResponse: ...
+        *,
+        max_tokens: int | None = None,
+    ) -> ChatResponse:
+        """One whole completion; `max_tokens`: this call's own output limit (else the provider's)."""
+        ...
 
     async def stream_chat(
         self,
@@ -58,8 +65,13 @@ class ChatProvider(Protocol):
         tools: list[dict[str, Any]] | None = None,
         *,
         on_text: TextSink,
+        on_restart: RestartSink | None = None,
     ) -> ChatResponse:
-        """The same answer as `chat`, its text handed to `on_text` piece by piece as it comes."""
+        """The same answer as `chat`, its text handed to `on_text` piece by piece as it comes.
+
+        A stream that breaks off is asked again; `on_restart` is then told that the text handed
+        over so far is void, and the pieces that follow make up the whole answer anew.
+        """
         ...
 
 
@@ -235,17 +247,19 @@ def to_response(answer: object) -> ChatResponse:
         raise LLMError("unusable answer from the model: its content is not text")
     usage = answer.get("usage") if isinstance(answer, dict) else None
     usage = usage if isinstance(usage, dict) else {}
+    finish_reason = _text(choice.get("finish_reason"))
     return ChatResponse(
         content=scrub(content) if content else content,
-        tool_calls=_tool_calls(message.get("tool_calls")),
-        finish_reason=_text(choice.get("finish_reason")),
+        tool_calls=_tool_calls(message.get("tool_calls"), cut=finish_reason == "length"),
+        finish_reason=finish_reason,
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
     )
 
 
-def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
-    """The answer's function calls; entries without a function are not calls we can run."""
+def _tool_calls(raw: object, *, cut: bool) -> tuple[ToolCall, ...]:
+    """The answer's function calls, their arguments made valid JSON where that is sure (`cut`:
+    the answer hit its output limit); entries without a function are not calls we can run."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -263,7 +277,7 @@ def _tool_calls(raw: object) -> tuple[ToolCall, ...]:
             ToolCall(
                 id=_text(call.get("id")) or f"call_{index}",
                 name=scrub(_text(function.get("name")) or ""),
-                arguments=scrub(arguments or "{}"),
+                arguments=scrub(valid_arguments(arguments or "{}", cut)),
             )
         )
     return tuple(calls)

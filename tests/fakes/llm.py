@@ -60,6 +60,24 @@ def drop() -> Reply:
     return {"drop": True}
 
 
+def cut(content: str, after: int) -> Reply:
+    """Streamed: the first `after` characters, then `data: [DONE]` with no finish_reason, as
+    llama-cpp-python's server ends a stream it interrupts for another request. Whole: `content`."""
+    return {"content": content, "cut_after": after}
+
+
+def stream_error(message: str, after: str = "") -> Reply:
+    """Streamed: `after` as text, then `data: {"error": …}` (llama.cpp's way to fail once it has
+    answered HTTP 200), and the end of the stream. Whole: HTTP 500 with `message`."""
+    return {"content": after, "stream_error": message}
+
+
+def raw_newlines(arguments: dict[str, Any]) -> str:
+    """Tool-call arguments as JSON text with raw newlines inside its strings (a grammar-driven
+    server such as llama.cpp's lets them through), not the `\\n` escapes JSON requires."""
+    return json.dumps(arguments, ensure_ascii=False).replace("\\n", "\n")
+
+
 def is_consolidation(body: dict[str, Any]) -> bool:
     """True for the memory consolidation call (it offers the save_memory tool)."""
     return any(t.get("function", {}).get("name") == "save_memory" for t in body.get("tools") or [])
@@ -366,6 +384,8 @@ class FakeLLM:
             return web.Response(text=f"data: {reply['raw']}\n\n", content_type="text/event-stream")
         if "raw" in reply:
             return web.Response(text=reply["raw"], content_type="application/json")
+        if "stream_error" in reply and not body.get("stream"):
+            return await self._respond(request, body, error(500, reply["stream_error"]))
         message: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
         finish = "stop"
         if reply.get("tool_calls"):
@@ -385,7 +405,8 @@ class FakeLLM:
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
-            return await self._stream(request, body, message, finish, usage)
+            broken = {k: reply[k] for k in ("cut_after", "stream_error") if k in reply}
+            return await self._stream(request, body, message, finish, usage, **broken)
         if self.stream_rate:  # as long as the model takes to write it all
             tokens = -(-len(message.get("content") or "") // STREAM_TOKEN)
             await asyncio.sleep(tokens / self.stream_rate)
@@ -407,8 +428,12 @@ class FakeLLM:
         message: dict[str, Any],
         finish: str,
         usage: dict[str, int],
+        cut_after: int | None = None,
+        stream_error: str | None = None,
     ) -> web.StreamResponse:
         """Server-sent events as OpenAI sends them: `data: {chunk}` lines, then `data: [DONE]`.
+        `cut_after`: `[DONE]` after that many characters, no finish_reason; `stream_error`: an
+        error event after the text (see `cut` and `stream_error`).
 
         The text goes out STREAM_TOKEN characters a chunk, at `stream_rate` chunks a second on a
         fixed schedule (unpaced, in larger chunks when it is long); a tool call's arguments come in two fragments; usage in a last chunk
@@ -430,7 +455,7 @@ class FakeLLM:
 
         try:
             await send({"role": "assistant", "content": ""})
-            content = message.get("content") or ""
+            content = (message.get("content") or "")[:cut_after]
             # Unpaced, a long answer comes in about a thousand chunks, as fast as a test wants.
             size = STREAM_TOKEN if self.stream_rate else max(STREAM_TOKEN, len(content) // 1000)
             for number, start in enumerate(range(0, len(content), size)):
@@ -438,6 +463,14 @@ class FakeLLM:
                     due = started + (number + 1) / self.stream_rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                 await send({"content": content[start : start + size]})
+            if cut_after is not None or stream_error is not None:
+                if stream_error is not None:
+                    failure = {"code": 500, "message": stream_error, "type": "server_error"}
+                    await response.write(f"data: {json.dumps({'error': failure})}\n\n".encode())
+                else:
+                    await response.write(b"data: [DONE]\n\n")
+                await response.write_eof()
+                return response
             for index, call in enumerate(message.get("tool_calls") or []):
                 arguments = call["function"]["arguments"]
                 half = len(arguments) // 2
