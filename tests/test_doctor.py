@@ -29,7 +29,7 @@ llm:
   base_url: {llm_url}
   api_key: sk-doctor-secret-0123456789
   max_retries: 0
-  timeout: 5
+  timeout: 30  # counted from doctor's start, imports included: room for a loaded machine
 memory:
   embeddings:
     base_url: {llm_url}

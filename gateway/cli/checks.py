@@ -43,9 +43,16 @@ def local_checks(config: Config) -> list[Check]:
 
 
 async def bounded(
-    name: str, limit: float, source: str, setting: str, probe: Awaitable[Check]
+    name: str,
+    limit: float,
+    source: str,
+    setting: str,
+    probe: Awaitable[Check],
+    *,
+    shown: float | None = None,
 ) -> Check:
-    """`probe`'s check, or a ✗ saying `source` gave no answer within `limit` s (`setting`)."""
+    """`probe`'s check, or a ✗ saying `source` gave no answer within `shown` s (`setting`; by
+    default `limit`, which may be what is left of it)."""
     deadline = asyncio.timeout(limit)
     try:
         async with deadline:
@@ -53,7 +60,7 @@ async def bounded(
     except TimeoutError:
         if not deadline.expired():
             raise  # raised inside the probe: not this bound's to explain
-        return unanswered(name, source, limit, setting)
+        return unanswered(name, source, limit if shown is None else shown, setting)
 
 
 def unanswered(name: str, source: str, limit: float, setting: str = "") -> Check:

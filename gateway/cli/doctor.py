@@ -4,13 +4,18 @@ Each check gives ✓ or ✗ and, when it fails, what to change. Unlike `memgate 
 fast), these calls reach the model, the embeddings endpoint, the chat platforms and the MCP
 servers (each started, asked for its tools and stopped). They run side by side, each within its
 own timeout, and each line is reported as its check completes: an endpoint that hangs holds up
-only its own line, and that line says which timeout ran out. The lines that need no network are
-gateway/cli/checks.py's.
+only its own line, and that line says which timeout ran out. The timeouts a user sets for the
+model and the embeddings endpoint count from the moment the command started, so the second the
+openai SDK takes to import is inside them, not added to them: doctor on a hanging model is done
+within llm.timeout. The fixed bounds of the channel and MCP checks count from their own start,
+after their SDK's import (which a slow machine may take seconds over). The lines that need no
+network are gateway/cli/checks.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,10 +51,14 @@ TOOLS_IGNORED = (
 )
 
 
-async def run_checks(config: Config, report: Callable[[Check], None]) -> bool:
+async def run_checks(
+    config: Config, report: Callable[[Check], None], started: float | None = None
+) -> bool:
     """The live checks side by side, each handed to `report` as it completes; True if all passed.
 
-    Each is bounded by its own timeout, so one that hangs delays no other line."""
+    Each is bounded by its own timeout, counted from `started` (a `time.monotonic()` stamp; by
+    default now), so one that hangs delays no other line."""
+    since = time.monotonic() if started is None else started
     passed = True
 
     async def run(probe: Awaitable[Check]) -> None:
@@ -59,15 +68,20 @@ async def run_checks(config: Config, report: Callable[[Check], None]) -> bool:
         report(check)
 
     async with asyncio.TaskGroup() as group:
-        for probe in _live_checks(config):
+        for probe in _live_checks(config, since):
             group.create_task(run(probe))
     return passed
 
 
-def _live_checks(config: Config) -> list[Awaitable[Check]]:
-    checks: list[Awaitable[Check]] = [check_lock(config), check_llm(config)]
+def left(limit: float, since: float) -> float:
+    """What remains of `limit` seconds counted from `since` (a `time.monotonic()` stamp)."""
+    return max(0.0, limit - (time.monotonic() - since))
+
+
+def _live_checks(config: Config, since: float) -> list[Awaitable[Check]]:
+    checks: list[Awaitable[Check]] = [check_lock(config), check_llm(config, since)]
     if config.memory.embeddings is not None:
-        checks.append(check_embeddings(config))
+        checks.append(check_embeddings(config, since))
     # A platform's SDK, and MCP's (half a second to two seconds each), is imported only for a
     # config that uses it: no doctor line waits for an SDK it does not need.
     telegram, discord = config.channels.telegram, config.channels.discord
@@ -97,10 +111,12 @@ async def check_channel(name: str, probe: Awaitable[str]) -> Check:
     return await bounded(name, CHANNEL_TIMEOUT, name.capitalize(), "", described())
 
 
-async def check_llm(config: Config) -> Check:
+async def check_llm(config: Config, since: float | None = None) -> Check:
     """The model answers a request as the agent sends it, and a call forced to a tool comes back
-    as that tool's call; each within llm.timeout. `memgate setup` tests its answers with it."""
+    as that tool's call; both within llm.timeout of `since` (by default now). `memgate setup`
+    tests its answers with it."""
     llm = config.llm
+    deadline = (time.monotonic() if since is None else since) + llm.timeout
     try:
         require_api_key(config)
     except ConfigError as exc:
@@ -116,20 +132,20 @@ async def check_llm(config: Config) -> Check:
         tool_support=ToolSupport("on"),
     )
     try:
-        return await _probe_llm(provider, llm.timeout)
+        return await _probe_llm(provider, llm.timeout, deadline)
     finally:
         await provider.close()
 
 
-async def _probe_llm(provider: OpenAIProvider, limit: float) -> Check:
+async def _probe_llm(provider: OpenAIProvider, limit: float, deadline: float) -> Check:
     """The agent's request first (tools offered), then the forced one; one at a time, as a local
-    server with one slot would take them anyway."""
+    server with one slot would take them anyway, and all of them by `deadline` (monotonic)."""
     timed_out = unanswered("llm", provider.endpoint, limit, "llm.timeout")
-    plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]), limit)
+    plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]), deadline)
     if plain is None:
         return timed_out
     if isinstance(plain, LLMToolsUnsupportedError):
-        bare = await _attempt(provider.chat(_ASKED), limit)
+        bare = await _attempt(provider.chat(_ASKED), deadline)
         if bare is None:
             return timed_out
         if isinstance(bare, LLMError):
@@ -138,23 +154,26 @@ async def _probe_llm(provider: OpenAIProvider, limit: float) -> Check:
     elif isinstance(plain, LLMError):
         return Check("llm", False, plain.cause)
     else:
-        forced = await _attempt(provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING), limit)
+        forcing = provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING)
+        forced = await _attempt(forcing, deadline)
         if forced is None:
             return timed_out
         ok, tools = _forced_verdict(forced)
     return Check("llm", ok, f"model {provider.model!r} at {provider.endpoint} answers; {tools}")
 
 
-async def _attempt(call: Awaitable[ChatResponse], limit: float) -> ChatResponse | LLMError | None:
-    """The answer, the model's error, or None when `limit` seconds passed without either."""
-    deadline = asyncio.timeout(limit)
+async def _attempt(
+    call: Awaitable[ChatResponse], deadline: float
+) -> ChatResponse | LLMError | None:
+    """The answer, the model's error, or None when `deadline` (monotonic) passed without either."""
+    bound = asyncio.timeout(max(0.0, deadline - time.monotonic()))
     try:
-        async with deadline:
+        async with bound:
             return await call
     except LLMError as exc:
         return exc
     except TimeoutError:
-        if not deadline.expired():
+        if not bound.expired():
             raise  # not this bound's: the provider turns its own timeouts into LLMError
         return None
 
@@ -173,7 +192,7 @@ def _forced_verdict(forced: ChatResponse | LLMError) -> tuple[bool, str]:
     return True, TOOLS_IGNORED
 
 
-async def check_embeddings(config: Config) -> Check:
+async def check_embeddings(config: Config, since: float) -> Check:
     settings = config.memory.embeddings
     assert settings is not None
     embedder = OpenAIEmbedder(
@@ -199,7 +218,12 @@ async def check_embeddings(config: Config) -> Check:
     source = endpoint_of(settings.base_url)
     try:
         return await bounded(
-            "embeddings", settings.timeout, source, "memory.embeddings.timeout", embedded()
+            "embeddings",
+            left(settings.timeout, since),
+            source,
+            "memory.embeddings.timeout",
+            embedded(),
+            shown=settings.timeout,
         )
     finally:
         await embedder.close()

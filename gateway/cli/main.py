@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from pathlib import Path
 from channels.base import ChannelConfigError
 from gateway import __version__
 from gateway.bus import Handler, ReplyStream
-from gateway.cli.checks import local_checks
+from gateway.cli.checks import Check, local_checks
 from gateway.cli.setup import (
     cmd_init,
     cmd_setup,
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # The live checks' timeouts count from here, so the SDKs' import is inside them.
+    started = time.monotonic()
     path = config_path(args)
     try:
         config = load_config(path, must_exist=True)
@@ -71,7 +74,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(check.line(), flush=True)
     from gateway.cli.doctor import run_checks
 
-    live = asyncio.run(run_checks(config, lambda check: print(check.line(), flush=True)))
+    def report(check: Check) -> None:
+        print(check.line(), flush=True)
+
+    live = asyncio.run(run_checks(config, report, started))
     return 0 if live and all(check.ok for check in local) else 1
 
 
