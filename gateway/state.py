@@ -1,7 +1,8 @@
 """The state folder: what the gateway keeps for itself, outside the workspace the model sees.
 
 It holds the Telegram inbox journals and channel state, the search index, the lock, the
-terminal's line history and the MCP tool lists remembered from each server's last start. Earlier
+terminal's line history, the MCP tool lists remembered from each server's last start and the
+token ratio learnt for each model (memory/calibration.py). Earlier
 versions kept these inside the workspace (`.state/`, `.index/`, `.memgate.lock`);
 `move_workspace_state()` moves them out once, at start, under the lock.
 """
@@ -22,12 +23,18 @@ log = logging.getLogger(__name__)
 
 INDEX_DIR = "index"
 MCP_TOOLS = "mcp-tools.json"
+TOKEN_CALIBRATION = "token-calibration.json"
 OLD_STATE, OLD_INDEX, OLD_LOCK = ".state", ".index", ".memgate.lock"
 
 
 def mcp_tools_path(state_dir: Path) -> Path:
     """The MCP tool lists remembered from each server's last start."""
     return state_dir / MCP_TOOLS
+
+
+def token_calibration_path(state_dir: Path) -> Path:
+    """The server's tokens per counted token, learnt for each model."""
+    return state_dir / TOKEN_CALIBRATION
 
 
 def index_path(state_dir: Path) -> Path:

@@ -6,6 +6,10 @@ the share each fixed file (bootstrap files, MEMORY.md, today's note) may take. C
 same `TokenCounter` as everything else, so the figure checked here is the figure a request
 carries. Also home of the one tool-result cap. Imports nothing of the gateway.
 
+The limit is set in the model server's tokens (the configured window less the answer); `limit` is
+that in memgate's counted tokens, by the calibration learnt from the server (memory/calibration.py),
+so every decision here follows what the server said about its own tokenizer.
+
 Every decision here is "does it fit", and each is taken on upper bounds first (a text's UTF-8
 bytes, `TokenCounter.at_most`): where the bounds fit, the exact counts fit too and the answer is
 the same, without the tokenizer's vocabulary. Only where the bounds are over is anything counted.
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memory.calibration import TokenCalibration
 from memory.errors import BudgetError
 from memory.sessions.store import Session, history_window, legal_messages, window_start
 
@@ -62,15 +67,27 @@ class Part:
 class PromptBudget:
     """`limit` tokens for a whole request; `fixed_share` of it for the files of the system prompt."""
 
-    def __init__(self, limit: int, counter: Counter, fixed_share: float = 0.5) -> None:
+    def __init__(
+        self,
+        limit: int,
+        counter: Counter,
+        fixed_share: float = 0.5,
+        calibration: TokenCalibration | None = None,
+    ) -> None:
         if limit <= 0:
             raise ValueError(f"budget must be positive, got {limit}")
-        self.limit = limit
+        self.base_limit = limit  # in the server's tokens
         self.counter = counter
         self.fixed_share = fixed_share
+        self.calibration = calibration or TokenCalibration(None, "")
         # Counts by message text: the system prompt and the history are the same strings on
         # every call of a turn (and of the next turns), so each is tokenized once.
         self._counts: dict[tuple[str, str], int] = {}
+
+    @property
+    def limit(self) -> int:
+        """The limit in counted tokens: the configured one scaled by the calibration."""
+        return self.calibration.scaled(self.base_limit)
 
     # -- the whole request -----------------------------------------------------------------------
     def size(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
@@ -101,12 +118,12 @@ class PromptBudget:
         """The whole history window (see `history`) if the bounds show it all fits beside `head`
         and `tools`; None when only exact counts can tell. Cheap: its work stops at the limit."""
         start = window_start(session, end, max_messages)
-        used = self.at_most(head, tools)
+        used, limit = self.at_most(head, tools), self.limit
         for index in range(end - 1, start - 1, -1):  # newest first: a long one ends it soonest
-            if used > self.limit:
+            if used > limit:
                 return None
             used += session.bound(index, self.counter)
-        return legal_messages(session.messages[start:end]) if used <= self.limit else None
+        return legal_messages(session.messages[start:end]) if used <= limit else None
 
     def history(
         self,

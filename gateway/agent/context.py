@@ -133,6 +133,8 @@ class ContextBuilder:
         MEMORY.md, the daily note or the search instructions.
         """
         key = self._fingerprint(self._sources(scope))  # today's note is a new file each day
+        if self.budget is not None:  # the files' shares follow the limit the server taught
+            key = (*key, self.budget.limit)
         cached = self._cache.get(scope)
         if cached is not None and cached.key == key:
             return cached.text

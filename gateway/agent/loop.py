@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from gateway.agent.apology import apology
 from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
 from gateway.agent.context import ContextBuilder
+from gateway.agent.context_fit import ContextFitter
 from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
@@ -119,6 +120,7 @@ class AgentLoop:
         self.keeper = keeper
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
+        self.fitter = ContextFitter(self.budget, config.llm)  # learns the server's token counts
         self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
         self.outbox = Outbox(sessions)
         # Answers to replayable messages (with a message id) handed to a channel and not yet
@@ -401,20 +403,22 @@ class AgentLoop:
                     )
                 )
                 sized = False
+                called = time.monotonic()
+                answer = await self.fitter.call(
+                    request,
+                    schemas,
+                    partial(self._send, session, schemas, stream, stats),
+                    partial(self.budget.fit, messages, schemas, current=current),
+                )
             except BudgetError as exc:
                 log.warning("turn stopped over budget session=%s error=%s", session.key, exc)
                 return (
                     f"I had to stop: the next step would need {exc.needed} tokens and the model "
                     f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
                 )
-            called = time.monotonic()
-            if stream is None:
-                response = await self.provider.chat(request, schemas)
-            else:
-                answer = await self._ask(session, request, schemas, stream, stats)
-                if isinstance(answer, str):
-                    return answer  # stopped: the part written so far, stored with its mark
-                response = answer
+            if isinstance(answer, str):
+                return answer  # stopped: the part written so far, stored with its mark
+            response = answer
             if self.observer is not None:
                 self.observer.llm_call(
                     time.monotonic() - called, response.prompt_tokens, response.completion_tokens
@@ -439,6 +443,18 @@ class AgentLoop:
             f"I stopped after {self.config.agent.max_iterations} tool steps without a final answer. "
             "Ask me to continue, or rephrase the request."
         )
+
+    async def _send(
+        self,
+        session: Session,
+        schemas: list[dict[str, Any]],
+        stream: ReplyStream | None,
+        stats: TurnStats,
+        request: list[dict[str, Any]],
+    ) -> ChatResponse | str:
+        if stream is None:
+            return await self.provider.chat(request, schemas)
+        return await self._ask(session, request, schemas, stream, stats)
 
     async def _ask(
         self,

@@ -27,12 +27,18 @@ from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
 from gateway.service.metrics import Metrics
-from gateway.state import check_apart, mcp_tools_path, move_workspace_state
+from gateway.state import (
+    check_apart,
+    mcp_tools_path,
+    move_workspace_state,
+    token_calibration_path,
+)
 from gateway.tools.jobs import JobTools
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
 from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
+from memory.calibration import TokenCalibration
 from memory.consolidation.compact import MemoryCompactor
 from memory.consolidation.consolidator import ConsolidationSettings, Consolidator
 from memory.consolidation.failures import FAILURE_REPORT
@@ -183,7 +189,10 @@ async def _build_runtime(
             # No await since the box was built: a server that connects from now on is seen.
             watched = mcp
             mcp.on_change = lambda: tools.offer(watched.tools_by_scope())
-        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share)
+        calibration = await asyncio.to_thread(
+            TokenCalibration, token_calibration_path(config.state_dir), config.llm.model
+        )
+        budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share, calibration)
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
         )

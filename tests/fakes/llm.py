@@ -186,6 +186,19 @@ def _consolidation_arguments(prompt: str, wants_memory: bool) -> dict[str, str]:
     return arguments
 
 
+def dense_tokens(text: str, density: float) -> int:
+    """`density` times a cheap estimate of a text's cl100k tokens (4 bytes a token)."""
+    return int(density * -(-len(text.encode()) // 4))
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    calls = [c.get("function", {}) for c in message.get("tool_calls") or []]
+    return "\n".join([str(content or ""), *(f"{f.get('name')}{f.get('arguments')}" for f in calls)])
+
+
 EMBEDDING_DIMS = 64
 # Words that mean the same thing share a dimension of their own, as a real embedding model places
 # them close together: this is what lets a test find "car" by asking for "automobile". Every other
@@ -254,6 +267,15 @@ class FakeLLM:
     vision_unsupported: bool = False
     # As a server without streaming answers: any request with `stream: true` gets a 400.
     streaming_unsupported: bool = False
+    # As a local server whose tokenizer needs `token_density` times a cheap estimate of cl100k's
+    # tokens (see `dense_tokens`; 0: usage as before): usage.prompt_tokens counts so, and a prompt
+    # over `context_size` (0: no limit) gets llama-cpp-python's context-length 400 naming it.
+    token_density: float = 0.0
+    context_size: int = 0
+    context_refusals: int = 0
+    # `POST /tokenize` at the server's root, as llama.cpp and vLLM serve it; off: 404.
+    tokenize_endpoint: bool = False
+    tokenize_requests: list[dict[str, Any]] = field(default_factory=list)
     # Answers are written at this many tokens (STREAM_TOKEN characters each) a second, streamed
     # or whole (a whole one comes when its last token is written); 0: at once.
     stream_rate: float = 0.0
@@ -335,6 +357,9 @@ class FakeLLM:
                 body,
                 error(400, f"registry.ollama.ai/library/{model} does not support tools"),
             )
+        if self.context_size and self.prompt_tokens(body) > self.context_size:
+            self.context_refusals += 1
+            return await self._respond(request, body, self._context_refusal(body))
         step = self._next_step(body)
         self.in_flight += 1
         try:
@@ -400,7 +425,7 @@ class FakeLLM:
             finish = "tool_calls"
         prompt_chars = len(json.dumps(body.get("messages", [])))
         usage = {
-            "prompt_tokens": max(1, prompt_chars // 4),
+            "prompt_tokens": self.prompt_tokens(body) or max(1, prompt_chars // 4),
             "completion_tokens": max(1, len(message.get("content") or "") // 4),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -543,6 +568,35 @@ class FakeLLM:
             return await self._respond(request, upload, reply)
         return web.json_response({"text": reply["content"]})
 
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """The prompt's tokens by this server's dense tokenizer (0 without `token_density`)."""
+        if not self.token_density:
+            return 0
+        texts = [_message_text(m) for m in body.get("messages", [])]
+        tools = json.dumps(body["tools"]) if body.get("tools") else ""
+        return sum(dense_tokens(t, self.token_density) + 4 for t in texts) + dense_tokens(
+            tools, self.token_density
+        )
+
+    def _context_refusal(self, body: dict[str, Any]) -> Reply:
+        prompt, completion = self.prompt_tokens(body), int(body.get("max_tokens") or 0)
+        return error(
+            400,
+            f"This model's maximum context length is {self.context_size} tokens. However, you "
+            f"requested {prompt + completion} tokens ({prompt} in the messages, {completion} in "
+            "the completion). Please reduce the length of the messages or completion.",
+            code="context_length_exceeded",
+        )
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """llama.cpp's `POST /tokenize` {"content": text} -> {"tokens": [...]}, when served."""
+        body = await request.json()
+        self.tokenize_requests.append(body)
+        if not self.tokenize_endpoint:
+            raise web.HTTPNotFound()
+        count = dense_tokens(str(body.get("content", "")), self.token_density or 1.0)
+        return web.json_response({"tokens": list(range(count))})
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
 
@@ -552,6 +606,7 @@ class FakeLLM:
         app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_post("/v1/audio/transcriptions", self.transcribe)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/tokenize", self.tokenize)
         return app
 
 
