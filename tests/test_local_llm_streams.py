@@ -214,3 +214,27 @@ async def test_forced_save_memory_with_raw_newlines_is_saved(
         assert (runtime.config.workspace / "memory" / "MEMORY.md").read_text() == memory
         history = (runtime.config.workspace / "memory" / "HISTORY.md").read_text()
     assert "Talked\nabout tea." in history and "[RAW]" not in history
+
+
+def output_limit(body: dict[str, object]) -> object:
+    return body.get("max_tokens", body.get("max_completion_tokens"))
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [(128_000, range(5512, 5513)), (4096, range(1000, 4096 - 1024))],
+    ids=["large-context", "4096-context"],
+)
+async def test_consolidation_may_write_memory_at_its_cap_whatever_replies_may(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, window: int, expected: range
+) -> None:
+    """llm.max_tokens 256 bounds replies; consolidation may write MEMORY.md at its cap (4,000)
+    plus the entry, within what the context leaves after the prompt."""
+    settings = {"llm": {"max_tokens": 256, "context_window": window}, "memory": {"window": 4}}
+    async with make_runtime(settings) as runtime:
+        for word in ("one", "two", "three"):
+            await runtime.agent.handle(inbound(f"message {word}"))
+        await runtime.consolidator.wait_idle()
+    [consolidation] = fake_llm.consolidation_requests()
+    assert output_limit(consolidation) in expected
+    assert {output_limit(r) for r in fake_llm.chat_requests()} == {256}

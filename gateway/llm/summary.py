@@ -3,13 +3,15 @@
 A model asked for a tool call gets the tool forced; one that cannot call tools (`llm.tools: off`,
 refused by the endpoint, or a forced call answered with text) is asked for the same arguments as
 one JSON object in plain text: the last rung of the forced -> auto -> text ladder. Memory validates
-either answer the same way.
+either answer the same way. Each call has its own output limit (`OutputLimit`), not the replies'.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import LLMError, LLMStatusError, LLMToolsUnsupportedError
@@ -18,6 +20,26 @@ from gateway.llm.types import ChatProvider, ForcedCalls, ToolSupport
 from memory.errors import ModelCallError
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+HISTORY_ROOM = 512  # tokens for the history entry beside MEMORY.md's rewrite
+MARGIN = 1024  # tokens kept free of the context, as the prompt budget keeps them
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLimit:
+    """How much one consolidation call may write: all of MEMORY.md at its cap (`memory_cap`),
+    with a quarter more for the facts it adds and JSON's escapes, plus the history entry; never
+    less than a reply may (`reply_tokens`), never more than the context leaves after the prompt
+    (`measure` counts it). `llm.max_tokens` is sized for replies: 256 cannot hold a rewrite."""
+
+    reply_tokens: int
+    memory_cap: int
+    context_window: int
+    measure: Callable[[list[dict[str, Any]], list[dict[str, Any]]], int]
+
+    async def tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        wanted = max(self.reply_tokens, self.memory_cap * 5 // 4 + HISTORY_ROOM)
+        used = await asyncio.to_thread(self.measure, messages, tools)
+        return max(self.reply_tokens, min(wanted, self.context_window - used - MARGIN))
 
 
 class ProviderSummaryModel:
@@ -25,10 +47,16 @@ class ProviderSummaryModel:
     holds for every consolidation and compaction after it."""
 
     def __init__(
-        self, provider: Callable[[], ChatProvider], tool_support: ToolSupport | None = None
+        self,
+        provider: Callable[[], ChatProvider],
+        tool_support: ToolSupport | None = None,
+        output: OutputLimit | None = None,
     ) -> None:
         self._provider = provider  # the client, made by the first call that needs it
         self._tool_support = tool_support
+        # None: the provider's own max_tokens. The runtime sets it once its prompt budget,
+        # which measures the prompt, exists.
+        self.output = output
         self._forced = ForcedCalls(tool_support.mode if tool_support is not None else "auto")
 
     async def call_tool(
@@ -43,8 +71,9 @@ class ProviderSummaryModel:
             {"type": "function", "function": {"name": name}} if force else "auto"
         )
         provider = self._provider()
+        limit = await self._limit(messages, [tool])
         try:
-            response = await provider.chat(messages, [tool], tool_choice=choice)
+            response = await provider.chat(messages, [tool], tool_choice=choice, max_tokens=limit)
         except LLMToolsUnsupportedError as exc:
             if self._tool_support is None or self._tool_support.enabled:
                 raise ModelCallError(str(exc)) from exc
@@ -74,12 +103,18 @@ class ProviderSummaryModel:
             f"Reply with one JSON object and nothing else, with the keys {keys}:\n{described}"
         )
         asked = [*messages, {"role": "user", "content": instruction}]
+        limit = await self._limit(asked, [])
         try:
-            response = await self._provider().chat(asked)
+            response = await self._provider().chat(asked, max_tokens=limit)
         except LLMError as exc:
             raise ModelCallError(str(exc)) from exc
         cut = response.finish_reason == "length"
         return valid_arguments(json_text(response.content or ""), cut)
+
+    async def _limit(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> int | None:
+        return None if self.output is None else await self.output.tokens(messages, tools)
 
 
 def json_text(content: str) -> str:

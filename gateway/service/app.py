@@ -22,7 +22,7 @@ from gateway.config.models import Config, TranscriptionConfig
 from gateway.errors import MemgateError, unwrap_group
 from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
 from gateway.llm.provider import OpenAIProvider, OpenAITranscriber
-from gateway.llm.summary import ProviderSummaryModel
+from gateway.llm.summary import OutputLimit, ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
@@ -193,6 +193,12 @@ async def _build_runtime(
             TokenCalibration, token_calibration_path(config.state_dir), config.llm.model
         )
         budget = PromptBudget(config.llm.budget, counter, config.memory.fixed_share, calibration)
+        summary_model.output = OutputLimit(
+            config.llm.max_tokens,
+            config.memory.max_memory_tokens,
+            config.llm.context_window,
+            budget.size,
+        )
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
         )
