@@ -49,7 +49,7 @@ async def test_the_ratio_is_learnt_from_usage_and_kept_in_the_state_folder(
     make_runtime: RuntimeFactory, fake_llm: FakeLLM
 ) -> None:
     """Usage three times memgate's count is learnt as a ratio near 3, written to the state
-    folder, and a fresh process sizes its prompts with it."""
+    folder, and a fresh process sizes its prompts with it (and /status says so)."""
     _dense(fake_llm, context=0)  # no limit: only usage teaches
     async with make_runtime(LOCAL) as runtime:
         session = await runtime.sessions.get("test:42")
@@ -63,6 +63,11 @@ async def test_the_ratio_is_learnt_from_usage_and_kept_in_the_state_folder(
     assert 2.0 < model["ratio"] <= 4.0
     async with make_runtime(LOCAL) as again:
         assert again.agent.budget.limit < base / 2
+        status = await again.agent.handle(inbound("/status"))
+        assert status is not None
+        assert (
+            f"Prompt budget: {base} tokens ({again.agent.budget.limit} by memgate's" in status.text
+        )
 
 
 async def test_a_context_refusal_is_retried_with_a_smaller_prompt_and_answered(
@@ -205,7 +210,14 @@ async def test_a_streamed_turn_is_retried_after_a_context_refusal_too(
             4000,
             3840,
         ),
-        # llama.cpp's server names no number in its message.
+        # llama.cpp's server.
+        (
+            "request (4143 tokens) exceeds the available context size (4096 tokens), try "
+            "increasing it",
+            4143,
+            4095,
+        ),
+        # llama.cpp's server before it named the numbers.
         (
             "the request exceeds the available context size, try increasing it",
             None,

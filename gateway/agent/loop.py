@@ -260,7 +260,7 @@ class AgentLoop:
             with_memory = scope_for(message, memory.groups, memory.guests).memory
             session = await self.sessions.get(key)
             memory_md = self.memory.memory_md if with_memory else None
-            return await chat_status(session, self.counter, self.config.llm, memory_md)
+            return await chat_status(session, self.counter, self.config.llm, memory_md, self.budget)
         if name == "jobs":
             if self.jobs_command is None:
                 return "Scheduled jobs are not available here."

@@ -20,17 +20,18 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT = 10.0  # seconds for one tokenizer call (a single-slot server may be busy)
 
 # How servers name the context they have: OpenAI, vLLM and llama-cpp-python ("maximum context
-# length is 4096 tokens"), llama.cpp's engine ("context window of 4096"), LM Studio ("context
-# length of only 4096"), llama.cpp's server in its JSON error ("n_ctx": 4096).
+# length is 4096 tokens"), llama.cpp's engine ("context window of 4096"), llama.cpp's server
+# ("available context size (4096 tokens)"), LM Studio ("context length of only 4096").
 _WINDOW = re.compile(
     r"maximum context length is (\d+)|context window of (\d+)|context length of (?:only )?(\d+)"
-    r"|n_ctx\W{0,4}(\d+)",
+    r"|available context size \((\d+) tokens|n_ctx\W{0,4}(\d+)",
     re.IGNORECASE,
 )
 # ... and the prompt's tokens by their count.
 _PROMPT = re.compile(
     r"\((\d+) in the messages|\((\d+) in your prompt|messages resulted in (\d+) tokens"
     r"|has (\d+) input tokens|Requested tokens \((\d+)\)|keep the first (\d+) tokens"
+    r"|request \((\d+) tokens\) exceeds"
     r"|n_prompt_tokens\W{0,4}(\d+)",
     re.IGNORECASE,
 )
