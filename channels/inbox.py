@@ -8,10 +8,13 @@ descriptor: `{"update": {...}}` when an entry arrives (a JSON object whose `id_f
 that grows with arrival, such as Telegram's update_id or a Discord snowflake; the channels journal
 only what admission let in), `{"done": id}` once it has been handled or needs no answer, and
 `{"sent": id, "parts": n}` once the first n parts of a long answer to it are out (a replay then
-sends only the rest). Arrivals are fsynced by group commit: the
+sends only the rest), and `{"shown": id, "messages": [...]}` with the platform's ids of the
+messages a reply shown while it is written (channels/live.py) put in the chat, each time one
+is added (a replay then finishes the answer in them rather than beside them). Arrivals are fsynced by group commit: the
 first `append` of an event-loop iteration schedules one fsync at the end of that iteration,
 covering every line written in it (outside a loop, each append is synced at once). Done and sent
-lines are not synced: losing one costs a replay (or a part sent again), which the agent
+and shown lines are not synced (a kill leaves a written line; only a power cut can lose one):
+losing one costs a replay (or a part, or a live reply's message, sent again), which the agent
 recognises. At start `open()` returns the entries without a done line, oldest first, and rewrites
 the file with only those (and the sent lines that belong to them).
 
@@ -67,6 +70,10 @@ class Inbox:
         self._fd: int | None = None
         self._pending: set[int] = set()
         self._parts: dict[int, int] = {}  # parts of an answer out, by pending entry
+        # The live reply's messages in the chat, by pending entry. Kept here rather than in the
+        # session: only the channel knows the platform's message ids, and this file is the
+        # channel's alone, so it keeps one writer (the session file is the agent's).
+        self._shown: dict[int, list[int]] = {}
         self._size = 0
         self._torn = False  # the last write was cut short: the next line starts on a new one
         self._sync_scheduled = False
@@ -79,9 +86,10 @@ class Inbox:
         """
         if self._fd is not None:
             raise RuntimeError("Inbox.open() was already called")
-        entries, parts = self._read()
+        entries, parts, shown = self._read()
         kept = [update for _, update in sorted(entries.items())]
         self._parts = {key: count for key, count in parts.items() if key in entries}
+        self._shown = {key: ids for key, ids in shown.items() if key in entries}
         ensure_private_dir(self.path.parent)
         self._rewrite(kept)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
@@ -101,7 +109,7 @@ class Inbox:
     def peek(self) -> int:
         """How many entries wait unfinished, read without opening or compacting the journal (for
         `memgate status`, beside a running service). Blocking."""
-        entries, _ = self._read()
+        entries, _, _ = self._read()
         return len(entries)
 
     def close(self) -> None:
@@ -153,12 +161,25 @@ class Inbox:
             self._parts[update_id] = parts
             self._write({"sent": update_id, "parts": parts})
 
+    def live_messages(self, update_id: int) -> list[int]:
+        """The ids of the messages a live reply to this update had put in the chat before a
+        restart, in order (the first answers the person's message)."""
+        return list(self._shown.get(update_id, ()))
+
+    def record_live(self, update_id: int, messages: list[int]) -> None:
+        """The live reply to this update now shows in `messages` (all of them, in order).
+        Written, not synced, as a done line."""
+        if update_id in self._pending and messages != self._shown.get(update_id):
+            self._shown[update_id] = list(messages)
+            self._write({"shown": update_id, "messages": list(messages)})
+
     def finish(self, update_id: int) -> None:
         """The update needs no replay: handled, refused or ignored. Repeats are no-ops."""
         if update_id not in self._pending:
             return
         self._pending.discard(update_id)
         self._parts.pop(update_id, None)
+        self._shown.pop(update_id, None)
         self._write({"done": update_id})
         if not self._pending and self._size > TRUNCATE_AT and self._fd is not None:
             # Nothing in it is needed any more; with O_APPEND the next line starts at 0.
@@ -188,14 +209,16 @@ class Inbox:
         if self._torn:
             log.warning("%s inbox write cut short path=%s", self.label, self.path)
 
-    def _read(self) -> tuple[dict[int, Json], dict[int, int]]:
-        """The unfinished updates by id, and the parts of an answer out by id."""
+    def _read(self) -> tuple[dict[int, Json], dict[int, int], dict[int, list[int]]]:
+        """The unfinished updates by id, the parts of an answer out by id, and the messages of
+        a live reply by id."""
         entries: dict[int, Json] = {}
         parts: dict[int, int] = {}
+        shown: dict[int, list[int]] = {}
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return entries, parts
+            return entries, parts, shown
         for number, line in enumerate(data.split(b"\n"), start=1):
             if not line.strip():
                 continue
@@ -205,6 +228,8 @@ class Inbox:
                     entries.pop(int(record["done"]), None)
                 elif "sent" in record:
                     parts[int(record["sent"])] = int(record["parts"])
+                elif "shown" in record:
+                    shown[int(record["shown"])] = [int(i) for i in record["messages"]]
                 else:
                     update = record["update"]
                     entries[int(update[self.id_field])] = update
@@ -216,7 +241,7 @@ class Inbox:
                     self.path,
                     number,
                 )
-        return entries, parts
+        return entries, parts, shown
 
     def _rewrite(self, kept: list[Json]) -> None:
         if not kept:
@@ -226,6 +251,7 @@ class Inbox:
             return
         records: list[Json] = [{"update": update} for update in kept]
         records += [{"sent": key, "parts": count} for key, count in self._parts.items()]
+        records += [{"shown": key, "messages": ids} for key, ids in self._shown.items()]
         lines = [json.dumps(record, separators=(",", ":")) + "\n" for record in records]
         atomic_write(self.path, "".join(lines))
 

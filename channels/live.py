@@ -4,7 +4,13 @@ Writes only gather text; `run()` shows the latest state on the platform at most 
 seconds (within the flood limits), through a `Surface` the platform adapter provides: a draft
 where the platform has them, else a message sent once there is enough to read and then edited.
 A text that outgrows one message is finished there and goes on in a new one. `finish()` puts the
-whole reply in place, rendered as any reply is. Imports only `gateway.bus` of ours.
+whole reply in place, rendered as any reply is.
+
+The ids of the messages a reply puts in the chat are reported (`on_shown`) as soon as the platform
+returns them, so that the channel can record them; a reply made again after a restart with those
+ids (`shown`) writes into them, in order, before it sends any new message, and deletes those it
+no longer needs. A message that can no longer be edited (deleted, too old, no rights) is deleted
+where the platform allows and replaced by a new one. Imports only `gateway.bus` of ours.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from gateway.bus import STOPPED_MARK, OutboundMessage
@@ -50,9 +56,9 @@ class Pacer:
 class Surface(Protocol):
     """How one platform shows a reply: its split, drafts, messages and edits.
 
-    Message handles are whatever the platform needs to edit the message later. `final` text is
-    rendered as a finished reply is (Telegram's HTML with its plain fallback); otherwise it is
-    shown as it stands. Failures are logged by the surface, never raised.
+    Messages are the platform's ids. `final` text is rendered as a finished reply is (Telegram's
+    HTML with its plain fallback); otherwise it is shown as it stands. Failures are logged by the
+    surface, never raised.
     """
 
     def split(self, text: str) -> list[str]:
@@ -63,13 +69,18 @@ class Surface(Protocol):
         """Show `text` as a draft; False when the platform has none here (messages then)."""
         ...
 
-    async def post(self, text: str, *, final: bool, first: bool) -> object | None:
-        """Send a new message (`first`: the reply's first, which answers the person's); its
-        handle, or None when it did not go out."""
+    async def post(self, text: str, *, final: bool, first: bool) -> int | None:
+        """Send a new message (`first`: the reply's first, which answers the person's); its id,
+        or None when it did not go out."""
         ...
 
-    async def edit(self, message: object, text: str, *, final: bool) -> bool:
-        """Replace a sent message's text; False when that failed."""
+    async def edit(self, message: int, text: str, *, final: bool) -> bool:
+        """Replace a sent message's text; False when that failed (`final`), or (not `final`)
+        when the message can no longer be edited: deleted, too old, no rights."""
+        ...
+
+    async def delete(self, message: int) -> None:
+        """Delete a message of the reply that is no longer needed, where the platform allows."""
         ...
 
 
@@ -85,9 +96,13 @@ class LiveReply:
         first_chars: int = FIRST_CHARS,
         first_wait: float = FIRST_WAIT,
         clock: Callable[[], float] | None = None,
+        shown: Sequence[int] = (),
+        on_shown: Callable[[list[int]], None] | None = None,
     ) -> None:
+        """`shown`: the messages this reply had put in the chat before a restart, in order;
+        `on_shown` hears the reply's messages (all of them, in order) each time they change."""
         self._surface = surface
-        self._drafts = drafts
+        self._drafts = drafts and not shown  # a reply already in messages stays there
         self._every = every
         self._first_chars = first_chars
         self._first_wait = first_wait
@@ -96,10 +111,12 @@ class LiveReply:
         self._dirty = False
         self._closed = False
         self._changed = asyncio.Condition()
-        self._current: object | None = None  # the message being edited
-        self._posted = False  # a message of this reply went out (the next is not the first)
+        self._current: int | None = None  # the message being edited
+        self._used: list[int] = []  # this reply's messages in the chat, in order
+        self._spare: list[int] = list(shown)  # messages from before a restart, not reused yet
+        self._on_shown = on_shown
         self._finished: list[str] = []  # parts already sent as finished messages
-        self._shown = False  # a draft, a message or an edit went out for this reply
+        self._shown = bool(shown)  # a draft, a message or an edit went out for this reply
 
     # -- ReplyStream -------------------------------------------------------------------------------
     async def write(self, text: str) -> None:
@@ -172,24 +189,50 @@ class LiveReply:
             if await self._surface.preview(text):
                 return
             self._drafts = False
-        if self._current is None:
-            self._current = await self._surface.post(text, final=False, first=not self._posted)
-            self._posted = self._posted or self._current is not None
-        else:
-            await self._surface.edit(self._current, text, final=False)
+        if self._current is not None:
+            if await self._surface.edit(self._current, text, final=False):
+                return
+            await self._drop(self._current)  # gone or refused: the text goes on in a new one
+        self._current = await self._open(text, final=False)
 
     async def _commit(self, part: str) -> bool:
         """Send `part` as a finished message, in the message being edited if there is one."""
         sent = False
         if self._current is not None:
             sent = await self._surface.edit(self._current, part, final=True)
+            if not sent:
+                await self._drop(self._current)
             self._current = None
         if not sent:
-            handle = await self._surface.post(part, final=True, first=not self._posted)
-            sent = handle is not None
-            self._posted = self._posted or sent
+            sent = await self._open(part, final=True) is not None
         self._finished.append(part)
         return sent
+
+    async def _open(self, text: str, *, final: bool) -> int | None:
+        """A message now showing `text`: the next one kept from before a restart that can still
+        be edited, else a new one. None when nothing went out."""
+        while self._spare:
+            message = self._spare.pop(0)
+            if await self._surface.edit(message, text, final=final):
+                self._used.append(message)
+                return message
+            await self._surface.delete(message)  # where it still exists: it is left behind
+            self._report()
+        made = await self._surface.post(text, final=final, first=not self._used)
+        if made is not None:
+            self._used.append(made)
+            self._report()
+        return made
+
+    async def _drop(self, message: int) -> None:
+        """Give up a message of this reply that refused an edit: delete it where allowed."""
+        await self._surface.delete(message)
+        self._used.remove(message)
+        self._report()
+
+    def _report(self) -> None:
+        if self._on_shown is not None:
+            self._on_shown([*self._used, *self._spare])
 
     # -- the end -----------------------------------------------------------------------------------
     @property
@@ -211,6 +254,8 @@ class LiveReply:
         tool note is marked stopped. `progress(n)`: the first n parts are out, but the last.
         """
         if text is None:
+            # Messages kept from before a restart are left as they are: the turn ended before
+            # (a later message followed it) or its answer is already there.
             if self._current is not None:
                 await self._surface.edit(self._current, STOPPED_MARK, final=True)
             return True
@@ -226,4 +271,9 @@ class LiveReply:
             if progress is not None and index > 0:
                 progress(index)  # parts before `index` are out: a restart sends from here
             sent = await self._commit(parts[index]) and sent
+        for message in self._spare:
+            await self._surface.delete(message)  # left over from a longer text: it would mislead
+        if self._spare:
+            self._spare = []
+            self._report()
         return sent

@@ -81,6 +81,34 @@ def test_the_parts_of_an_answer_sent_survive_restarts_until_the_entry_is_done(
     assert final.parts_sent(5) == 0
 
 
+def test_a_live_reply_s_messages_survive_restarts_until_the_entry_is_done(
+    tmp_path: Path,
+) -> None:
+    """The messages a live reply showed are known after restarts (each one rewrites the file),
+    the latest list only, for the pending entry only, and forgotten once it is done."""
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path)
+    inbox.open()
+    inbox.append(update(5))
+    inbox.append(update(6))
+    inbox.record_live(5, [31])
+    inbox.record_live(5, [31, 32])
+    inbox.record_live(7, [40])  # no such pending entry: nothing noted
+    inbox.close()
+    for _ in range(2):
+        again = Inbox(path)
+        assert [u["update_id"] for u in again.open()] == [5, 6]
+        assert [again.live_messages(key) for key in (5, 6, 7)] == [[31, 32], [], []]
+        again.close()
+    last = Inbox(path)
+    last.open()
+    last.finish(5)
+    last.close()
+    final = Inbox(path)
+    assert [u["update_id"] for u in final.open()] == [6]
+    assert final.live_messages(5) == []
+
+
 def test_finishing_twice_writes_one_done_line(tmp_path: Path) -> None:
     """finish() of an update already finished, or never received, writes nothing."""
     path = tmp_path / "inbox.jsonl"

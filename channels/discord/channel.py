@@ -13,6 +13,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -258,17 +259,12 @@ class DiscordChannel:
 
     async def _handle(self, message: discord.Message, text: str, mentioned: bool) -> None:
         chat_id = str(message.channel.id)
-        live = self._live(message) if self._streaming else None
+        live = self._live(message.channel.id, message.id, message.guild is not None)
         async with asyncio.TaskGroup() as group:
             typing = group.create_task(keep_typing(message.channel))
             reply = await self._call_handler(message, text, mentioned, live)
             typing.cancel()
-        send: Send = self._send_pieces
-        if live is not None and not live.untouched:
-            send = live.finish_reply
-            if reply is None:
-                await live.finish(None)
-        await settle(reply, lambda: self._finish(message.id), send)
+        await self._settle(reply, live, message.id)
         # The agent logs the one INFO line per message; this detail is for debugging.
         log.debug(
             "discord message handled chat_id=%s sender_id=%s replied=%s",
@@ -277,15 +273,35 @@ class DiscordChannel:
             reply is not None,
         )
 
-    def _live(self, message: discord.Message) -> LiveReply | None:
-        """A reply shown while written in the message's channel; None while not connected."""
+    async def _settle(
+        self, reply: OutboundMessage | None, live: LiveReply | None, message_id: int
+    ) -> None:
+        """Send the reply (in place of what a live reply showed) and finish the inbox entry."""
+        send: Send = self._send_pieces
+        if live is not None and not live.untouched:
+            send = live.finish_reply
+            if reply is None:
+                await live.finish(None)
+        await settle(reply, lambda: self._finish(message_id), send)
+
+    def _live(self, chat_id: int, message_id: int, in_guild: bool) -> LiveReply | None:
+        """A reply shown while written in the message's channel, in the messages it had shown
+        before a restart if any (recorded in the inbox as they appear); None with streaming off
+        or while not connected."""
         client = self._client
-        if client is None or client.is_closed():
+        if not self._streaming or client is None or client.is_closed():
             return None
-        channel = client.get_partial_messageable(message.channel.id)
+        channel = client.get_partial_messageable(chat_id)
         # As for a whole reply: in a guild the answer refers to the question, in a DM not.
-        reference = message.to_reference(fail_if_not_exists=False) if message.guild else None
-        return live_reply(channel, reference, self._pacer)
+        question = channel.get_partial_message(message_id)
+        reference = question.to_reference(fail_if_not_exists=False) if in_guild else None
+        inbox = self._inbox
+        if inbox is None:
+            return live_reply(channel, reference, self._pacer)
+        shown = inbox.live_messages(message_id)
+        return live_reply(
+            channel, reference, self._pacer, shown, partial(inbox.record_live, message_id)
+        )
 
     async def _call_handler(
         self, message: discord.Message, text: str, mentioned: bool, live: LiveReply | None
@@ -304,6 +320,11 @@ class DiscordChannel:
             mentioned=mentioned,
             message_id=str(message.id),
         )
+        return await self._answer(inbound, live)
+
+    async def _answer(
+        self, inbound: InboundMessage, live: LiveReply | None
+    ) -> OutboundMessage | None:
         if live is None:
             return await self._handler(inbound)
         async with live.showing():
@@ -336,9 +357,12 @@ class DiscordChannel:
             )
             self._finish(int(record.get("message_id", 0)))
             return
-        reply = await self._handler(inbound)
         message_id = int(record["message_id"])
-        await settle(reply, lambda: self._finish(message_id), self._send_pieces)
+        # Sent whole, unless a kill left the answer half-written in messages: it goes on there.
+        live = None
+        if self._inbox is not None and self._inbox.live_messages(message_id):
+            live = self._live(int(inbound.chat_id), message_id, inbound.is_group)
+        await self._settle(await self._answer(inbound, live), live, message_id)
 
     async def _login(self) -> Client:
         """Log in, retrying network trouble and Discord outages with backoff; a bad token is fatal.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from channels.base import split_message
@@ -40,7 +41,7 @@ class DiscordSurface:
     async def preview(self, text: str) -> bool:
         return False  # Discord has no drafts
 
-    async def post(self, text: str, *, final: bool, first: bool) -> object | None:
+    async def post(self, text: str, *, final: bool, first: bool) -> int | None:
         options: dict[str, Any] = (
             {"reference": self._reference} if first and self._reference else {}
         )
@@ -48,26 +49,43 @@ class DiscordSurface:
             return None  # sent at the next update
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
-                return await self._channel.send(text, **options)
+                return (await self._channel.send(text, **options)).id
         except NETWORK_ERRORS as exc:
             log.error("discord send failed chat_id=%s error=%r", self._channel.id, exc)
             return None
 
-    async def edit(self, message: object, text: str, *, final: bool) -> bool:
-        assert isinstance(message, discord.Message)
+    async def edit(self, message: int, text: str, *, final: bool) -> bool:
         if not await self._pacer.turn(self._channel.id, wait=final):
             return True  # skipped; the next update shows the text as it then stands
         try:
             async with asyncio.timeout(SEND_TIMEOUT):
-                await message.edit(content=text)
+                await self._channel.get_partial_message(message).edit(content=text)
+        except (discord.NotFound, discord.Forbidden) as exc:  # deleted, or no access any more
+            log.info("discord message cannot be edited chat_id=%s error=%r", self._channel.id, exc)
+            return False
         except NETWORK_ERRORS as exc:
             log.warning("discord edit failed chat_id=%s error=%r", self._channel.id, exc)
-            return False
+            return not final  # a passing failure: the next update tries again
         return True
+
+    async def delete(self, message: int) -> None:
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT):
+                await self._channel.get_partial_message(message).delete()
+        except NETWORK_ERRORS as exc:  # gone already, or not ours to delete: it stays
+            log.info(
+                "discord could not delete a message chat_id=%s error=%r", self._channel.id, exc
+            )
 
 
 def live_reply(
-    channel: discord.PartialMessageable, reference: discord.MessageReference | None, pacer: Pacer
+    channel: discord.PartialMessageable,
+    reference: discord.MessageReference | None,
+    pacer: Pacer,
+    shown: Sequence[int] = (),
+    on_shown: Callable[[list[int]], None] | None = None,
 ) -> LiveReply:
-    """A reply streamed into `channel`, its first message answering `reference`."""
-    return LiveReply(DiscordSurface(channel, reference, pacer))
+    """A reply streamed into `channel`, its first message answering `reference` (`shown`,
+    `on_shown`: see `LiveReply`)."""
+    surface = DiscordSurface(channel, reference, pacer)
+    return LiveReply(surface, shown=shown, on_shown=on_shown)

@@ -358,7 +358,9 @@ class TelegramChannel:
         live = None
         if self._settings.streaming == "on":
             answers = int(inbound.message_id) if inbound.is_group and inbound.message_id else None
-            live = self._delivery.live(target, private=not inbound.is_group, reply_to=answers)
+            live = self._delivery.live(
+                target, private=not inbound.is_group, reply_to=answers, **self._shown_of(update_id)
+            )
         with self._delivery.typing_while(target, self._tasks):
             if live is None:
                 reply = await self._handler(inbound)  # it answers its own errors
@@ -387,6 +389,17 @@ class TelegramChannel:
             if reply is None:
                 await self._delivery.finish_live(live, target.chat_id, None)
         await settle(reply, lambda: self._finish(update_id), send)
+
+    def _shown_of(self, update_id: int) -> dict[str, Any]:
+        """`shown` and `on_shown` for the live reply to `update_id`: its messages are recorded
+        in the inbox as Telegram makes them, so that a replay finishes the answer in them."""
+        inbox = self._inbox
+        if inbox is None:
+            return {}
+        return {
+            "shown": inbox.live_messages(update_id),
+            "on_shown": partial(inbox.record_live, update_id),
+        }
 
     def _progress_of(self, update_id: int) -> dict[str, Any]:
         """`skip` and `progress` for sending the answer to `update_id` (see send_pieces)."""

@@ -55,14 +55,24 @@ class TelegramDelivery:
         self._pacer = Pacer()  # live replies: one call a second per chat
         self._no_drafts: set[int] = set()  # chats where Telegram refused a draft
 
-    def live(self, target: Target, *, private: bool, reply_to: int | None) -> LiveReply | None:
+    def live(
+        self,
+        target: Target,
+        *,
+        private: bool,
+        reply_to: int | None,
+        shown: list[int] | None = None,
+        on_shown: Callable[[list[int]], None] | None = None,
+    ) -> LiveReply | None:
         """A reply shown while it is written: drafts in a private chat that takes them, else a
-        message sent and edited. None while the channel is not running."""
+        message sent and edited (`shown`, `on_shown`: see `LiveReply`). None while the channel
+        is not running."""
         bot = self._bot()
         if bot is None:
             return None
         surface = _LiveSurface(self, bot, target, reply_to)
-        return LiveReply(surface, drafts=private and target.chat_id not in self._no_drafts)
+        drafts = private and target.chat_id not in self._no_drafts
+        return LiveReply(surface, drafts=drafts, shown=shown or (), on_shown=on_shown)
 
     async def finish_live(
         self,
@@ -129,40 +139,43 @@ class TelegramDelivery:
                     continue
                 for number, piece in enumerate(pieces):
                     reply = reply_to if index == number == 0 else None
-                    sent = await self._send_piece(bot, chat_id, piece, thread_id, reply) and sent
+                    made = await self._send_piece(bot, chat_id, piece, thread_id, reply)
+                    sent = made is not None and sent
                 if progress is not None and index + 1 < len(parts):
                     progress(index + 1)
         return sent
 
     async def _send_piece(
         self, bot: Bot, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None
-    ) -> bool:
+    ) -> int | None:
+        """Send one piece; the id of the message it made, or None when it did not go out."""
         options: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id}
         if reply_to is not None:
             options["reply_parameters"] = ReplyParameters(
                 reply_to, allow_sending_without_reply=True
             )
         try:
-            await self._deliver(
+            made = await self._deliver(
                 bot.send_message, text=piece.html, parse_mode=ParseMode.HTML, **options
             )
-            return True
+            return _message_id(made)
         except BadRequest as exc:
             if not _entities_refused(exc):
                 log.warning("telegram send failed chat_id=%s error=%s", chat_id, exc)
-                return False
+                return None
             log.info("telegram refused the HTML, sending plain text chat_id=%s", chat_id)
         except TelegramError as exc:
             log.warning("telegram send failed chat_id=%s error=%s", chat_id, exc)
-            return False
+            return None
         try:
-            await self._deliver(bot.send_message, text=piece.markdown, **options)
-            return True
+            return _message_id(
+                await self._deliver(bot.send_message, text=piece.markdown, **options)
+            )
         except TelegramError as exc:
             log.warning("telegram plain send failed chat_id=%s error=%s", chat_id, exc)
-            return False
+            return None
 
-    async def _deliver(self, call: Callable[..., Awaitable[object]], **options: Any) -> None:
+    async def _deliver(self, call: Callable[..., Awaitable[object]], **options: Any) -> object:
         """sendMessage (or editMessageText), honouring flood control (wait out a retry_after,
         then try once more) and trying again, with backoff, a call that failed before reaching
         Telegram or with a 5xx."""
@@ -172,8 +185,7 @@ class TelegramDelivery:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
-                await call(**options)
-                return
+                return await call(**options)
             except RetryAfter as exc:
                 self.flooded(exc, options["chat_id"])
                 seconds = retry_seconds(exc)
@@ -270,18 +282,18 @@ class _LiveSurface:
             log.debug("telegram draft failed chat_id=%s error=%s", self._chat, exc)
         return True
 
-    async def post(self, text: str, *, final: bool, first: bool) -> object | None:
+    async def post(self, text: str, *, final: bool, first: bool) -> int | None:
         reply_to = self._reply_to if first else None
         if final:  # sent as a whole reply's pieces are, flood control honoured
-            sent = True
+            made: list[int | None] = []
             for index, piece in enumerate(await asyncio.to_thread(render_part, text)):
-                sent = (
+                made.append(
                     await self._delivery._send_piece(
                         self._bot, self._chat, piece, self._thread, reply_to if index == 0 else None
                     )
-                    and sent
                 )
-            return True if sent else None
+            # A part longer than one message once rendered (rare) is known by its first.
+            return made[0] if made and None not in made else None
         if not await self._delivery.live_turn(self._chat, wait=False):
             return None  # sent at the next update
         options: dict[str, Any] = {"message_thread_id": self._thread}
@@ -299,8 +311,7 @@ class _LiveSurface:
             return None
         return message.message_id
 
-    async def edit(self, message: object, text: str, *, final: bool) -> bool:
-        assert isinstance(message, int)
+    async def edit(self, message: int, text: str, *, final: bool) -> bool:
         if not await self._delivery.live_turn(self._chat, wait=final):
             return True  # skipped; the next update shows the text as it then stands
         if not final:
@@ -309,6 +320,10 @@ class _LiveSurface:
             except RetryAfter as exc:
                 self._delivery.flooded(exc, self._chat)
             except TelegramError as exc:
+                if _uneditable(exc):
+                    log.info("telegram message cannot be edited chat_id=%s error=%s",
+                             self._chat, exc)  # fmt: skip
+                    return False
                 if not _unchanged(exc):
                     log.debug("telegram edit failed chat_id=%s error=%s", self._chat, exc)
             return True
@@ -317,11 +332,17 @@ class _LiveSurface:
             return False
         sent = True
         for piece in pieces[1:]:
-            sent = (
-                await self._delivery._send_piece(self._bot, self._chat, piece, self._thread, None)
-                and sent
+            made = await self._delivery._send_piece(
+                self._bot, self._chat, piece, self._thread, None
             )
+            sent = made is not None and sent
         return sent
+
+    async def delete(self, message: int) -> None:
+        try:
+            await self._bot.delete_message(self._chat, message)
+        except TelegramError as exc:  # gone already, too old (48 h), or no right to: it stays
+            log.info("telegram could not delete a message chat_id=%s error=%s", self._chat, exc)
 
     async def _edit_final(self, message: int, piece: Piece) -> bool:
         """The finished text in the message: HTML, or plain if Telegram refuses the entities."""
@@ -374,6 +395,18 @@ def _resendable(exc: NetworkError) -> bool:
 def _entities_refused(exc: BadRequest) -> bool:
     text = exc.message.lower()
     return "parse entities" in text or "text is empty" in text or "must be non-empty" in text
+
+
+def _uneditable(exc: TelegramError) -> bool:
+    """Telegram will never take an edit of this message: deleted, too old, or no rights."""
+    text = exc.message.lower()
+    gone = ("not found", "can't be edited", "message_id_invalid", "not enough rights")
+    return isinstance(exc, BadRequest) and any(words in text for words in gone)
+
+
+def _message_id(made: object) -> int | None:
+    message_id = getattr(made, "message_id", None)
+    return message_id if isinstance(message_id, int) else None
 
 
 def _unchanged(exc: TelegramError) -> bool:

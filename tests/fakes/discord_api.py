@@ -299,6 +299,10 @@ class FakeDiscord:
         self._files[name] = data
         return f"{self.url}/attachments/{name}"
 
+    def delete(self, channel_id: int, message_id: str) -> None:
+        """A person (a moderator) deletes one of the bot's messages."""
+        del self.posted[channel_id][message_id]
+
     async def dispatch(self, event: str, data: Json) -> None:
         """Send a dispatch now, or keep it for the resume if the client is disconnected."""
         self._seq += 1
@@ -458,6 +462,12 @@ class FakeDiscord:
         payload["edited_timestamp"] = _now()
         return _json(payload)
 
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        channel_id = int(request.match_info["channel_id"])
+        if self.posted.get(channel_id, {}).pop(request.match_info["message_id"], None) is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        return web.Response(status=204)
+
     async def _typing(self, request: web.Request) -> web.Response:
         return web.Response(status=204)
 
@@ -548,6 +558,9 @@ class FakeDiscord:
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_patch(
             API_PREFIX + "/channels/{channel_id}/messages/{message_id}", self._edit_message
+        )
+        app.router.add_delete(
+            API_PREFIX + "/channels/{channel_id}/messages/{message_id}", self._delete_message
         )
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
         app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._not_found)

@@ -39,6 +39,12 @@ def text(content: str) -> Reply:
     return {"content": content}
 
 
+def streamed(content: str, rate: float) -> Reply:
+    """A plain answer streamed at `rate` tokens a second, whatever `FakeLLM.stream_rate` says
+    (a slow answer among quick ones, as a soak run's groups need)."""
+    return {"content": content, "rate": rate}
+
+
 def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None) -> Reply:
     """An assistant turn that calls one tool."""
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
@@ -430,8 +436,9 @@ class FakeLLM:
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
+            rate = float(reply.get("rate", self.stream_rate))
             broken = {k: reply[k] for k in ("cut_after", "stream_error") if k in reply}
-            return await self._stream(request, body, message, finish, usage, **broken)
+            return await self._stream(request, body, message, finish, usage, rate, **broken)
         if self.stream_rate:  # as long as the model takes to write it all
             tokens = -(-len(message.get("content") or "") // STREAM_TOKEN)
             await asyncio.sleep(tokens / self.stream_rate)
@@ -453,6 +460,7 @@ class FakeLLM:
         message: dict[str, Any],
         finish: str,
         usage: dict[str, int],
+        rate: float,
         cut_after: int | None = None,
         stream_error: str | None = None,
     ) -> web.StreamResponse:
@@ -460,7 +468,7 @@ class FakeLLM:
         `cut_after`: `[DONE]` after that many characters, no finish_reason; `stream_error`: an
         error event after the text (see `cut` and `stream_error`).
 
-        The text goes out STREAM_TOKEN characters a chunk, at `stream_rate` chunks a second on a
+        The text goes out STREAM_TOKEN characters a chunk, at `rate` chunks a second on a
         fixed schedule (unpaced, in larger chunks when it is long); a tool call's arguments come in two fragments; usage in a last chunk
         without choices when `stream_options.include_usage` asks for it.
         """
@@ -482,10 +490,10 @@ class FakeLLM:
             await send({"role": "assistant", "content": ""})
             content = (message.get("content") or "")[:cut_after]
             # Unpaced, a long answer comes in about a thousand chunks, as fast as a test wants.
-            size = STREAM_TOKEN if self.stream_rate else max(STREAM_TOKEN, len(content) // 1000)
+            size = STREAM_TOKEN if rate else max(STREAM_TOKEN, len(content) // 1000)
             for number, start in enumerate(range(0, len(content), size)):
-                if self.stream_rate:
-                    due = started + (number + 1) / self.stream_rate
+                if rate:
+                    due = started + (number + 1) / rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                 await send({"content": content[start : start + size]})
             if cut_after is not None or stream_error is not None:

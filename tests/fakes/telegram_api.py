@@ -3,9 +3,9 @@
 Tests push updates that a long-polling getUpdates hands out (honouring offset), register files for
 getFile and download, and script failures (400 "can't parse entities", 429 with retry_after); every
 call is recorded. The bot's messages are kept as the person sees them (edits included); drafts
-(sendMessageDraft) are taken in private chats unless `drafts_refused`. Unknown methods get
-Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token). A real
-`TelegramChannel` is run against it by `tests.fakes.telegram_harness`.
+(sendMessageDraft) are taken in private chats unless `drafts_refused`; deleteMessage removes one.
+Unknown methods get Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token).
+A real `TelegramChannel` is run against it by `tests.fakes.telegram_harness`.
 """
 
 from __future__ import annotations
@@ -243,6 +243,33 @@ class FakeTelegram:
         finally:
             self._api_sendMessage = serve  # type: ignore[method-assign]
 
+    @contextlib.contextmanager
+    def calls_unanswered(
+        self, method: str, match: Callable[[Json], bool] | None = None
+    ) -> Iterator[asyncio.Event]:
+        """Inside the block, a `method` call that `match` accepts is never answered and changes
+        nothing (for a kill while, say, the final edit of a live reply is on its way); the event
+        is set when one arrives. Other calls are served as usual."""
+        serve = getattr(self, f"_api_{method}")
+        arrived = asyncio.Event()
+
+        async def never_answer(params: Json) -> Json | web.Response:
+            if match is not None and not match(params):
+                return await serve(params)  # type: ignore[no-any-return]
+            arrived.set()
+            await asyncio.Event().wait()  # the kill comes first
+            raise AssertionError("unreachable: the wait above never ends")
+
+        setattr(self, f"_api_{method}", never_answer)
+        try:
+            yield arrived
+        finally:
+            setattr(self, f"_api_{method}", serve)
+
+    def delete(self, chat_id: int, message_id: int) -> None:
+        """A person (an admin) deletes one of the bot's messages."""
+        del self.chats[chat_id][message_id]
+
     def fail_next(
         self,
         method: str,
@@ -399,6 +426,7 @@ class FakeTelegram:
             "plain": text,
             "html": params.get("parse_mode") == "HTML",
             "source": params.get("text", ""),
+            "reply_to": (params.get("reply_parameters") or {}).get("message_id"),
         }
         _CALL.get().status = 200  # Telegram has made it, whether or not its answer arrives
         return message
@@ -434,6 +462,13 @@ class FakeTelegram:
             "from": BOT,
             "text": text,
         }
+
+    async def _api_deleteMessage(self, params: Json) -> bool | web.Response:
+        chat_id, message_id = params.get("chat_id"), params.get("message_id")
+        kept = self.chats.get(chat_id, {}) if isinstance(chat_id, int) else {}
+        if not isinstance(message_id, int) or kept.pop(message_id, None) is None:
+            return _error(400, "Bad Request: message to delete not found")
+        return True
 
     async def _api_sendMessageDraft(self, params: Json) -> bool | web.Response:
         chat_id = params.get("chat_id")
