@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -94,6 +95,13 @@ class PromptBudget:
         """Tokens of a request: every message plus the tool schemas."""
         total = sum(self._count(m) for m in messages)
         return total + (self._count_tools(tools) if tools else 0)
+
+    def server_size(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        """`size` in the model server's tokens, as the calibration has it (for sums against
+        the context window, which the server counts)."""
+        return math.ceil(self.size(messages, tools) * self.calibration.ratio)
 
     def at_most(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
         """An upper bound of `size(messages, tools)` that needs no tokenizer."""

@@ -111,6 +111,24 @@ async def test_a_chat_that_hit_a_context_refusal_answers_its_next_message(
         assert fake_llm.prompt_tokens(request) <= CONTEXT
 
 
+async def test_consolidation_asks_for_no_more_than_the_servers_context_leaves(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """Once the ratio is learnt, consolidation's calls (sized by the same budget) fit the
+    server's context with the answer they ask room for, counted as the server counts."""
+    _dense(fake_llm)
+    async with make_runtime(LOCAL) as runtime:
+        session = await runtime.sessions.get("test:42")
+        await runtime.sessions.add_messages(session, _history())
+        reply = await runtime.agent.handle(inbound("hello"))
+        assert reply is not None and reply.text == "echo: hello"
+        await runtime.consolidator.wait_idle()
+        calls = fake_llm.consolidation_requests()
+        assert calls and runtime.consolidator.failures_total == 0
+        for call in calls:
+            assert fake_llm.prompt_tokens(call) + call["max_tokens"] <= CONTEXT
+
+
 async def test_the_server_tokenizer_calibrates_before_the_first_refusal(
     make_runtime: RuntimeFactory, fake_llm: FakeLLM
 ) -> None:

@@ -197,7 +197,7 @@ async def _build_runtime(
             config.llm.max_tokens,
             config.memory.max_memory_tokens,
             config.llm.context_window,
-            budget.size,
+            budget.server_size,  # the context is the server's: its tokens, not our count
         )
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any
@@ -135,11 +135,16 @@ class Consolidator:
     def _may_be_due(self, session: Session, system: str, tools: list[dict[str, Any]]) -> bool:
         """Whether `_target` may find messages due: by the window rule, or by the size rule on
         upper bounds (kept per message by the session), under which exact counts are too."""
-        trigger = self.settings.trigger
+        trigger = self._trigger()
         if len(session.messages) - session.last_consolidated >= trigger.window:
             return True
         history, around = self._bounds(session, system, tools)
         return trigger.may_fire(around + sum(history))
+
+    def _trigger(self) -> chunking.Trigger:
+        # The size rule in counted tokens, as the budget has them now: a server whose tokenizer
+        # needs more tokens (memory/calibration.py) makes the same history due sooner.
+        return replace(self.settings.trigger, budget=self.budget.limit)
 
     def _bounds(
         self, session: Session, system: str, tools: list[dict[str, Any]]
@@ -269,7 +274,7 @@ class Consolidator:
 
     def _target(self, session: Session, job: Job) -> int | None:
         start, count = session.last_consolidated, len(session.messages)
-        trigger = self.settings.trigger
+        trigger = self._trigger()
         # Sizes matter only to the size rule, which `everything` does not ask. Upper bounds
         # (no tokenizer) go in where even they stay under it: the decision is the same.
         tokens: list[int] = []
