@@ -12,6 +12,7 @@ import pytest
 from channels.terminal import Printer
 from gateway.agent.turn_notes import RESTART_NOTE
 from gateway.errors import LLMBrokenStreamError
+from gateway.llm.arguments import valid_arguments
 from gateway.llm.provider import OpenAIProvider
 from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory, inbound
@@ -238,3 +239,15 @@ async def test_consolidation_may_write_memory_at_its_cap_whatever_replies_may(
     [consolidation] = fake_llm.consolidation_requests()
     assert output_limit(consolidation) in expected
     assert {output_limit(r) for r in fake_llm.chat_requests()} == {256}
+
+
+def test_arguments_cut_at_the_output_limit_are_not_completed() -> None:
+    """A call that hit its output limit keeps its broken JSON (reported, not saved as whole);
+    raw control characters are still taken."""
+    shortened = '{"memory_update": "# Memory\\n- likes tea\\n- lives in'
+    assert valid_arguments(shortened, cut=True) == shortened
+    assert json.loads(valid_arguments(shortened)) == {
+        "memory_update": "# Memory\n- likes tea\n- lives in"
+    }
+    raw = '{"memory_update": "a\nb"}'
+    assert json.loads(valid_arguments(raw, cut=True)) == {"memory_update": "a\nb"}
