@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway.cli.status import describe_budget
 from gateway.llm.server_tokens import ContextOverflow, context_overflow
 from memory.calibration import TokenCalibration
 from tests.conftest import RuntimeFactory, inbound
@@ -65,9 +66,9 @@ async def test_the_ratio_is_learnt_from_usage_and_kept_in_the_state_folder(
         assert again.agent.budget.limit < base / 2
         status = await again.agent.handle(inbound("/status"))
         assert status is not None
-        assert (
-            f"Prompt budget: {base} tokens ({again.agent.budget.limit} by memgate's" in status.text
-        )
+        counted = again.agent.budget.limit
+        assert f"Prompt budget: {base} tokens ({counted} by memgate's" in status.text
+        assert f"budget:     {base} prompt tokens ({counted} by" in describe_budget(again.config)
 
 
 async def test_a_context_refusal_is_retried_with_a_smaller_prompt_and_answered(

@@ -63,7 +63,7 @@ class ContextFitter:
                 raise
             await self._refused(request, tools, overflow)
             request = await asyncio.to_thread(refit)
-            log.info("context refusal; asking again within the smaller budget")
+            log.info("context refusal, asking again limit=%d", self.budget.limit)
             try:
                 answer = await send(request)
             except LLMStatusError as again:

@@ -9,6 +9,8 @@ from channels.inbox import waiting
 from channels.pairing import PairingError, PairingStore
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.models import ChatChannelConfig, Config, mask_url
+from gateway.state import token_calibration_path
+from memory.calibration import TokenCalibration
 from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
 from memory.sessions.file import parse_session_bytes
@@ -95,7 +97,7 @@ def describe(config: Config) -> str:
             f"workspace:  {config.workspace}",
             f"state:      {config.state_dir} (inbox journals, search index, lock; out of the model's reach)",
             f"model:      {config.llm.model} at {mask_url(config.llm.base_url)} (key {mask(config.llm.api_key)})",
-            f"budget:     {config.llm.budget} prompt tokens",
+            describe_budget(config),
             "channels:",
             *channels,
             *describe_access(config),
@@ -110,6 +112,19 @@ def describe(config: Config) -> str:
             *describe_failures(config),
         ]
     )
+
+
+def describe_budget(config: Config) -> str:
+    """The prompt budget, and what it is by memgate's count where the server taught a ratio."""
+    line = f"budget:     {config.llm.budget} prompt tokens"
+    calibration = TokenCalibration(token_calibration_path(config.state_dir), config.llm.model)
+    counted = calibration.scaled(config.llm.budget)
+    if calibration.learnt and counted != config.llm.budget:
+        line += (
+            f" ({counted} by memgate's count: the server's tokens are {calibration.ratio:.2f}x "
+            f"its count, learnt from {calibration.source})"
+        )
+    return line
 
 
 def describe_mcp(config: Config) -> str:
