@@ -40,8 +40,10 @@ def _bounded(ratio: float) -> float:
 
 
 class TokenCalibration:
-    """The server's tokens per counted token for one model (1.0 until the server says more), and
-    the most prompt tokens a refusal said it has room for; kept in `path` (None: in memory only).
+    """The server's tokens per counted token for one model (1.0 until the server says more), kept
+    in `path` (None: in memory only), and the most prompt tokens a refusal said the server has
+    room for, held for this process only: a server restarted with a larger context is not held
+    to the old one.
 
     Read from worker threads (the budget) and written from the event loop: each field is one
     assignment, and the file is written under a lock by one writer at a time.
@@ -107,12 +109,10 @@ class TokenCalibration:
         entry = _read(path).get(self.model)
         if not isinstance(entry, dict):
             return
-        ratio, room = entry.get("ratio"), entry.get("room")
+        ratio = entry.get("ratio")
         if isinstance(ratio, int | float) and not isinstance(ratio, bool):
             self.ratio = self._saved = _bounded(float(ratio))
             self.source = str(entry.get("source") or "file")
-        if isinstance(room, int) and not isinstance(room, bool) and room > 0:
-            self.room = room
 
     def save(self) -> None:
         """Write this model's entry, keeping the others' (blocking: call it in a worker thread)."""
@@ -120,11 +120,7 @@ class TokenCalibration:
             return
         with self._writing:
             models = _read(self.path)
-            models[self.model] = {
-                "ratio": round(self.ratio, 4),
-                "room": self.room,
-                "source": self.source,
-            }
+            models[self.model] = {"ratio": round(self.ratio, 4), "source": self.source}
             try:
                 atomic_write(self.path, json.dumps({"models": models}, indent=2) + "\n")
             except OSError as exc:
