@@ -121,6 +121,8 @@ class LLMConfig(_Section):
     """Seconds per LLM request."""
     max_retries: int = Field(2, ge=0, le=10)
     """Retries of transient errors (rate limits, 5xx, timeouts)."""
+    max_concurrency: int | Literal["auto"] = "auto"
+    """Requests in flight to the endpoint at once (not agent.max_concurrency, the conversations answered at once); more wait in memgate, replies ahead of consolidation, and llm.timeout counts from when a request is sent. auto: the server's own slot count where it says (llama.cpp's /props; llama-cpp-python's server: 1), else 8."""
     # auto: offer tools, and stop for this process when the endpoint says the model has none.
     tools: Literal["auto", "on", "off"] = "auto"
     """Tool calling: auto (on, switched off for the process when the endpoint says the model has none), on, or off (plain chat; consolidation asks for JSON text)."""
@@ -134,6 +136,15 @@ class LLMConfig(_Section):
     @classmethod
     def _api_url(cls, value: str) -> str:
         return api_url(value)
+
+    @field_validator("max_concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)  # from a ${VAR}
+        if value == "auto" or (type(value) is int and 1 <= value <= 256):
+            return value
+        raise ValueError("must be auto or a whole number of requests from 1 to 256")
 
     @property
     def budget(self) -> int:
@@ -163,6 +174,23 @@ class EmbeddingsConfig(_Section):
         return api_url(value)
 
 
+class MemoryLLMConfig(_Section):
+    """A model of its own for consolidation and compaction, e.g. a bigger or cheaper one beside a
+    small local chat model; each key left out is llm's."""
+
+    base_url: str | None = None
+    """Its OpenAI-compatible endpoint, ending in /v1; empty: llm.base_url."""
+    api_key: str | None = None
+    """Its API key; empty: llm.api_key."""
+    model: str | None = None
+    """Its model name; empty: llm.model."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        return api_url(value) if value else None
+
+
 class MemoryConfig(_Section):
     window: int = Field(100, ge=4)
     """Consolidate when this many messages are not yet consolidated."""
@@ -188,6 +216,8 @@ class MemoryConfig(_Section):
     """Consolidation compacts a MEMORY.md larger than this toward it."""
     embeddings: EmbeddingsConfig | None = None  # None: memory search on keywords alone
     """Semantic search (a section with the keys below); null: keyword search alone."""
+    llm: MemoryLLMConfig | None = None
+    """Consolidation's own model (a section with the keys below); null: the chat model (llm)."""
 
 
 class MediaConfig(_Section):
@@ -209,7 +239,7 @@ class AgentConfig(_Section):
     max_iterations: int = Field(20, ge=1, le=200)
     """Tool calls in one turn before memgate stops the loop."""
     max_concurrency: int = Field(8, ge=1, le=256)
-    """Conversations answered at the same time."""
+    """Conversations answered at the same time; their requests to the model then wait for llm.max_concurrency."""
 
 
 GroupPolicy = Literal["mention", "open", "off"]
@@ -461,6 +491,16 @@ class Config(_Section):
         return value.upper() if isinstance(value, str) else value
 
     @property
+    def consolidation_llm(self) -> LLMConfig:
+        """llm with memory.llm's endpoint, key and model where they are set: what consolidation
+        and compaction ask."""
+        own = self.memory.llm
+        if own is None:
+            return self.llm
+        changes = {"base_url": own.base_url, "api_key": own.api_key, "model": own.model}
+        return self.llm.model_copy(update={k: v for k, v in changes.items() if v is not None})
+
+    @property
     def tz(self) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo(self.timezone)
 
@@ -470,6 +510,7 @@ class Config(_Section):
         values.append(self.channels.telegram.webhook_secret or "")
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
+        values.append((self.memory.llm and self.memory.llm.api_key) or "")
         telegram = self.channels.telegram
         urls = [telegram.base_url, telegram.base_file_url, telegram.webhook_url]
         for server in self.tools.mcp_servers.values():

@@ -18,10 +18,12 @@ from gateway.agent.loop import AgentLoop
 from gateway.automation.clock import Clock, SystemClock
 from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
-from gateway.config.models import Config, TranscriptionConfig
+from gateway.config.models import Config, LLMConfig, TranscriptionConfig
 from gateway.errors import MemgateError, unwrap_group
+from gateway.llm.gate import GatedProvider, Priority, endpoint_gate
 from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
 from gateway.llm.provider import OpenAIProvider, OpenAITranscriber
+from gateway.llm.server_info import PROFILE_TIMEOUT
 from gateway.llm.summary import OutputLimit, ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
@@ -98,8 +100,10 @@ def make_provider(
     config: Config,
     tool_support: ToolSupport | None = None,
     vision_support: VisionSupport | None = None,
+    llm: LLMConfig | None = None,
 ) -> OpenAIProvider:
-    llm = config.llm
+    """The client of `llm` (by default the chat model's section, config.llm)."""
+    llm = llm or config.llm
     return OpenAIProvider(
         base_url=llm.base_url,
         api_key=llm.api_key,
@@ -153,14 +157,12 @@ async def _build_runtime(
         tool_support = ToolSupport(config.llm.tools)
         vision_support = VisionSupport(config.llm.vision, config.llm.model)
         if provider is None:
-            provider = make_provider(config, tool_support, vision_support)
+            provider, summarizer, summary_tools = _gated_providers(
+                config, tool_support, vision_support
+            )
             stack.push_async_callback(provider.close)
-            # Two clients, two connection pools: a consolidation call held open for minutes
-            # never takes the warm connection a reply is about to need. One tool switch. The
-            # second is made by the first consolidation.
-            summarizer = OnDemand(lambda: make_provider(config, tool_support, vision_support))
             stack.push_async_callback(summarizer.close)
-            summary_model = ProviderSummaryModel(summarizer.get, tool_support)
+            summary_model = ProviderSummaryModel(summarizer.get, summary_tools)
         else:
             given = provider
             summary_model = ProviderSummaryModel(
@@ -262,6 +264,38 @@ async def _build_runtime(
             scheduler,
             mcp,
         )
+
+
+def _gated_providers(
+    config: Config, tool_support: ToolSupport, vision_support: VisionSupport
+) -> tuple[GatedProvider, OnDemand[GatedProvider], ToolSupport]:
+    """The agent's client and consolidation's (made by the first consolidation), each behind
+    its endpoint's gate: replies ahead of consolidation where both ask one server.
+
+    Two clients, two connection pools: a consolidation call held open for minutes never takes
+    the warm connection a reply is about to need. One tool switch while both ask one model;
+    memory.llm's own model learns its own.
+    """
+    llm, own = config.llm, config.consolidation_llm
+    within = min(llm.timeout, PROFILE_TIMEOUT)
+    gate = endpoint_gate(llm.base_url, llm.api_key, llm.max_concurrency, within)
+    chat = GatedProvider(make_provider(config, tool_support, vision_support), gate, Priority.REPLY)
+    same = own.base_url == llm.base_url and own.model == llm.model
+    summary_tools = tool_support if same else ToolSupport(llm.tools)
+    # Another server has its own gate, of the slots it says it has (memory.workers bounds it).
+    background = (
+        gate
+        if own.base_url == llm.base_url
+        else endpoint_gate(own.base_url, own.api_key, "auto", within)
+    )
+    summarizer = OnDemand(
+        lambda: GatedProvider(
+            make_provider(config, summary_tools, vision_support, own),
+            background,
+            Priority.BACKGROUND,
+        )
+    )
+    return chat, summarizer, summary_tools
 
 
 async def _start_mcp(

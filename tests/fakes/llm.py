@@ -288,8 +288,21 @@ class FakeLLM:
     streams: list[tuple[float, float]] = field(default_factory=list)  # (start, end), monotonic
     transcriptions: list[dict[str, Any]] = field(default_factory=list)  # one per upload
     transcripts: list[Reply] = field(default_factory=list)  # text(...) or error(...), in order
+    # As llama-cpp-python's server (or llama.cpp with one slot) runs: one request at a time, a
+    # second waits until the first is done. `served`: the requests in the order they were run.
+    single_slot: bool = False
+    served: list[dict[str, Any]] = field(default_factory=list)
+    # `GET /props` at the root with this `total_slots`, as llama.cpp's server says it; None: 404.
+    props_slots: int | None = None
+    # `GET /v1/models`: these ids (None: "fake" and every model asked for so far, so a doctor
+    # against the fake finds its model), each `owned_by` so (llama-cpp-python's says "me");
+    # `models_endpoint` off: 404, as a server without the list.
+    listed_models: list[str] | None = None
+    models_owned_by: str = "fake"
+    models_endpoint: bool = True
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
+    _slot: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # -- scripting ---------------------------------------------------------------------------------
     def push(
@@ -366,6 +379,14 @@ class FakeLLM:
         if self.context_size and self.prompt_tokens(body) > self.context_size:
             self.context_refusals += 1
             return await self._respond(request, body, self._context_refusal(body))
+        if self.single_slot:
+            async with self._slot:
+                self.served.append(body)
+                return await self._answer(request, body)
+        self.served.append(body)
+        return await self._answer(request, body)
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         step = self._next_step(body)
         self.in_flight += 1
         try:
@@ -606,7 +627,20 @@ class FakeLLM:
         return web.json_response({"tokens": list(range(count))})
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        if not self.models_endpoint:
+            raise web.HTTPNotFound()
+        ids = self.listed_models
+        if ids is None:
+            ids = list(dict.fromkeys(["fake", *(str(r.get("model")) for r in self.requests)]))
+        owner = self.models_owned_by
+        data = [{"id": name, "object": "model", "owned_by": owner} for name in ids]
+        return web.json_response({"object": "list", "data": data})
+
+    async def props(self, request: web.Request) -> web.Response:
+        """llama.cpp's `GET /props`: the server's settings, `total_slots` among them."""
+        if self.props_slots is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"total_slots": self.props_slots, "chat_template": ""})
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -615,6 +649,7 @@ class FakeLLM:
         app.router.add_post("/v1/audio/transcriptions", self.transcribe)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_get("/props", self.props)
         return app
 
 

@@ -1,0 +1,155 @@
+"""The endpoint gate: at most `llm.max_concurrency` requests in flight to one model server, the
+rest waiting in memgate, replies ahead of consolidation.
+
+A single-slot server (llama.cpp with one slot, llama-cpp-python) queues what it cannot run, and
+the client's timeout counts that wait: a reply behind a long consolidation timed out, and its
+retry queued again. Waiting here instead, a request's timeout starts when it is sent (the
+provider's own timers start inside its call, after the gate), and the wait goes in priority
+order, which the server's queue does not know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from enum import IntEnum
+from typing import Any
+
+from gateway.llm.server_info import Concurrency, concurrency, read_profile
+from gateway.llm.types import ChatProvider, ChatResponse, RestartSink, TextSink
+
+log = logging.getLogger(__name__)
+
+
+class Priority(IntEnum):
+    """Lower goes first: someone waits for a reply; nobody waits for consolidation."""
+
+    REPLY = 0
+    BACKGROUND = 1
+
+
+class EndpointGate:
+    """Admits up to `limit` requests at once; the others wait, by priority, then in arrival order.
+
+    The limit is known at the first request: given, or read by `detect` once (a server's slot
+    count), so building the runtime never waits on the network.
+    """
+
+    def __init__(self, detect: Callable[[], Awaitable[Concurrency]]) -> None:
+        self._detect = detect
+        self.concurrency: Concurrency | None = None
+        self._detecting = asyncio.Lock()
+        self._in_flight = 0
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a place."""
+        return len(self._waiting)
+
+    @asynccontextmanager
+    async def slot(self, priority: Priority) -> AsyncIterator[None]:
+        """Held while one request is in flight."""
+        await self._acquire(priority)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _limit(self) -> int:
+        if self.concurrency is None:
+            async with self._detecting:
+                if self.concurrency is None:
+                    self.concurrency = await self._detect()
+                    log.info("endpoint concurrency %s", self.concurrency.describe())
+        return self.concurrency.limit
+
+    async def _acquire(self, priority: Priority) -> None:
+        limit = await self._limit()
+        if self._in_flight < limit and not self._waiting:
+            self._in_flight += 1
+            return
+        entry = (int(priority), next(self._order), asyncio.get_running_loop().create_future())
+        heapq.heappush(self._waiting, entry)
+        try:
+            await entry[2]  # `_release` hands its place over: _in_flight stays as it is
+        except asyncio.CancelledError:
+            if entry[2].cancelled():
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
+            else:  # handed a place in the same moment: pass it on
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():
+                future.set_result(None)
+                return
+        self._in_flight -= 1
+
+
+class GatedProvider:
+    """A `ChatProvider` whose every call first takes a place at its endpoint's gate.
+
+    The place is held for the whole call, the inner provider's retries and fallbacks included:
+    they are one answer to the server, and its timeouts start inside the call.
+    """
+
+    def __init__(self, inner: ChatProvider, gate: EndpointGate, priority: Priority) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.priority = priority
+        self.model = inner.model
+
+    def __getattr__(self, name: str) -> Any:
+        # What callers read of a provider beside the calls: tool_support, vision_support,
+        # endpoint. Only reached for names this class does not have.
+        return getattr(self.inner, name)
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> ChatResponse:
+        async with self.gate.slot(self.priority):
+            return await self.inner.chat(messages, tools, tool_choice, max_tokens=max_tokens)
+
+    async def stream_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+        on_restart: RestartSink | None = None,
+    ) -> ChatResponse:
+        async with self.gate.slot(self.priority):
+            return await self.inner.stream_chat(
+                messages, tools, on_text=on_text, on_restart=on_restart
+            )
+
+    async def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            await close()
+
+
+def endpoint_gate(base_url: str, api_key: str, setting: int | str, timeout: float) -> EndpointGate:
+    """The gate of one endpoint: `setting` (`llm.max_concurrency`) requests at once, or with
+    "auto" what the server says of itself (read within `timeout`), else the default."""
+
+    async def detect() -> Concurrency:
+        if isinstance(setting, int):
+            return concurrency(setting, None)
+        return concurrency(setting, await read_profile(base_url, api_key, timeout))
+
+    return EndpointGate(detect)

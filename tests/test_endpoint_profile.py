@@ -1,0 +1,161 @@
+"""The endpoint profile, against the fake LLM running one request at a time as llama-cpp-python's
+server does: replies go ahead of a queued consolidation, llm.timeout counts from the moment a
+request is sent (not while it waits its turn), the server's slot count is read where it says,
+and memory.llm sends consolidation to an endpoint of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.llm.gate import GatedProvider
+from gateway.llm.server_info import read_profile
+from gateway.service.app import Runtime
+from memory.consolidation.consolidator import Job
+from tests.conftest import RuntimeFactory, inbound, memgate, turns
+from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, start_fake_llm, text
+
+pytestmark = pytest.mark.timeout(60)
+
+ONE_AT_A_TIME = {"llm": {"max_concurrency": 1}}
+
+
+def gated(runtime: Runtime) -> GatedProvider:
+    assert isinstance(runtime.provider, GatedProvider)
+    return runtime.provider
+
+
+def asked(text_of: str) -> Callable[[dict[str, Any]], bool]:
+    """Matches the chat request whose last user message is `text_of`."""
+    return lambda body: not is_consolidation(body) and last_user_text(body) == text_of
+
+
+async def until(check: Callable[[], bool], within: float = 10.0) -> None:
+    """Until `check()` holds: the gate's queue has no event to await, so it is looked at often."""
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+def order(fake: FakeLLM) -> list[str]:
+    """What the server ran, in order: each chat request's message, or "consolidation"."""
+    return ["consolidation" if is_consolidation(r) else last_user_text(r) for r in fake.served]
+
+
+async def test_a_reply_goes_ahead_of_a_consolidation_queued_before_it(
+    fake_llm: FakeLLM, make_runtime: RuntimeFactory
+) -> None:
+    """One request at a time: a consolidation asked while a reply runs waits, and a reply asked
+    after it is sent first once the running one ends."""
+    fake_llm.single_slot = True
+    async with make_runtime(ONE_AT_A_TIME) as runtime:
+        await turns(runtime, 2, chat_id="1")
+        [key] = runtime.sessions.keys()
+        held = asyncio.Event()
+        fake_llm.push(text("first answer"), hold=held, match=asked("first"))
+        first = asyncio.create_task(runtime.agent.handle(inbound("first", "2")))
+        await fake_llm.wait_for(lambda: fake_llm.in_flight == 1)
+        gate = gated(runtime).gate
+        runtime.consolidator.enqueue(Job(key, key, everything=True))
+        # Asked of the endpoint: waiting at memgate's gate, or (without one) in the server's queue.
+        await until(lambda: gate.waiting == 1 or bool(fake_llm.consolidation_requests()))
+        second = asyncio.create_task(runtime.agent.handle(inbound("second", "3")))
+        await until(lambda: gate.waiting == 2 or len(fake_llm.requests) == 5)
+        held.set()
+        replies = await asyncio.gather(first, second)
+        await runtime.consolidator.wait_idle()
+    assert [reply.text for reply in replies if reply is not None] == [
+        "first answer",
+        "echo: second",
+    ]
+    assert order(fake_llm)[2:] == ["first", "second", "consolidation"]
+
+
+async def test_the_timeout_counts_from_sending_not_from_waiting_for_a_turn(
+    fake_llm: FakeLLM, make_runtime: RuntimeFactory
+) -> None:
+    """Two replies of 1.2 s each on a one-at-a-time server with llm.timeout 2: the second waits
+    1.2 s for its turn and still gets its answer (its 2 s count from when it is sent)."""
+    fake_llm.single_slot = True
+    fake_llm.push(text("first answer"), delay=1.2, match=asked("first"))
+    fake_llm.push(text("second answer"), delay=1.2, match=asked("second"))
+    async with make_runtime({"llm": {"max_concurrency": 1, "timeout": 2}}) as runtime:
+        first = asyncio.create_task(runtime.agent.handle(inbound("first", "1")))
+        await fake_llm.wait_for_requests(1, "chat")
+        second = asyncio.create_task(runtime.agent.handle(inbound("second", "2")))
+        replies = await asyncio.gather(first, second)
+    assert [reply.text for reply in replies if reply is not None] == [
+        "first answer",
+        "second answer",
+    ]
+
+
+async def test_the_slot_count_a_server_gives_sets_the_limit(
+    fake_llm: FakeLLM, make_runtime: RuntimeFactory
+) -> None:
+    """llm.max_concurrency auto: llama.cpp's /props total_slots is the limit."""
+    fake_llm.props_slots = 1
+    async with make_runtime() as runtime:
+        await turns(runtime, 1)
+        concurrency = gated(runtime).gate.concurrency
+    assert concurrency is not None
+    assert (concurrency.limit, concurrency.source) == (1, "server's /props")
+
+
+async def test_llama_cpp_pythons_server_is_taken_as_one_request_at_a_time(
+    fake_llm: FakeLLM,
+) -> None:
+    """A server whose models are owned_by "me" (llama-cpp-python's) runs one request at a time;
+    one that says nothing gets no slot count."""
+    plain = await read_profile(fake_llm.url, "")
+    fake_llm.models_owned_by = "me"
+    llama = await read_profile(fake_llm.url, "")
+    assert plain.slots is None and plain.models == ("fake",)
+    assert llama.slots == 1 and "llama-cpp-python" in llama.slots_source
+
+
+async def test_memory_llm_sends_consolidation_to_its_own_endpoint(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """With memory.llm, the agent keeps to llm's endpoint and model, and consolidation, in the
+    gateway and in `memgate memory consolidate`, goes to memory.llm's with its model and key."""
+    other, runner = await start_fake_llm()
+    try:
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"""\
+workspace: {tmp_path / "workspace"}
+state_dir: {tmp_path / "state"}
+llm:
+  base_url: {fake_llm.url}
+  api_key: sk-chat-key-0123456789
+  model: chat-model
+  max_retries: 0
+  timeout: 5
+memory:
+  llm:
+    base_url: {other.url}
+    api_key: sk-memory-key-0123456789
+    model: memory-model
+"""
+        )
+        code, out, err = await memgate(
+            "chat", "-m", "hello", "--config", str(config), home=tmp_path
+        )
+        assert code == 0, out + err
+        code, out, err = await memgate(
+            "memory", "consolidate", "--all", "--config", str(config), home=tmp_path
+        )
+        assert code == 0, out + err
+    finally:
+        await runner.cleanup()
+    assert fake_llm.chat_requests() and not fake_llm.consolidation_requests()
+    assert {r["model"] for r in fake_llm.requests} == {"chat-model"}
+    [consolidation] = other.consolidation_requests()
+    assert consolidation["model"] == "memory-model"
+    assert consolidation["_headers"]["authorization"] == "Bearer sk-memory-key-0123456789"
+    assert not other.chat_requests()
