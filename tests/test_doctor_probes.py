@@ -13,7 +13,7 @@ import pytest
 
 from memory.fileio import ensure_private_dir
 from tests.conftest import memgate
-from tests.fakes.llm import FakeLLM, text
+from tests.fakes.llm import FakeLLM, start_fake_llm, text
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,8 +21,11 @@ pytestmark = pytest.mark.timeout(60)
 FORCED_PING = {"type": "function", "function": {"name": "ping"}}
 
 
-def probe_config(tmp_path: Path, llm_url: str, *, timeout: float = 30, telegram: str = "") -> Path:
-    """A config with the model at `llm_url` and, given a Bot API URL, Telegram enabled."""
+def probe_config(
+    tmp_path: Path, llm_url: str, *, timeout: float = 30, telegram: str = "", extra: str = ""
+) -> Path:
+    """A config with the model at `llm_url` and, given a Bot API URL, Telegram enabled; `extra`:
+    more YAML at the end."""
     ensure_private_dir(tmp_path / "workspace")
     ensure_private_dir(tmp_path / "state")
     path = tmp_path / "config.yaml"
@@ -47,7 +50,7 @@ llm:
   api_key: sk-doctor-secret-0123456789
   max_retries: 0
   timeout: {timeout}
-{channel}"""
+{channel}{extra}"""
     )
     return path
 
@@ -146,3 +149,77 @@ async def test_doctor_counts_the_model_timeout_from_the_command_start(
         held.set()
     assert not check.ok
     assert "no answer from" in check.detail and "within 1000 s (llm.timeout)" in check.detail
+
+
+async def test_doctor_names_a_model_the_server_does_not_list(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """A server that answers but does not list llm.model: ✗ naming the key and what it lists."""
+    fake_llm.listed_models = ["SmolLM2-135M-Instruct", "other-model"]
+    config = probe_config(tmp_path, fake_llm.url)
+    code, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
+    line = llm_line(out)
+    assert code == 1, out + err
+    assert line.startswith("✗ llm: llm.model 'gpt-4o-mini' is not among the models"), line
+    assert "'SmolLM2-135M-Instruct', 'other-model'" in line
+    assert "set llm.model to one of them" in line
+
+
+async def test_doctor_leaves_the_model_unjudged_without_a_models_list(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """A server without /v1/models: the model is not judged, the check passes on its answers."""
+    from gateway.cli.doctor import check_llm
+    from gateway.config.file import load_config
+
+    fake_llm.models_endpoint = False
+    config = load_config(probe_config(tmp_path, fake_llm.url), must_exist=True)
+    check = await check_llm(config)
+    assert check.ok, check.detail
+    assert check.detail.endswith("8 requests at once (default; the server does not say)")
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        ({"props_slots": 1}, "1 request at a time (server's /props)"),
+        ({"props_slots": 4}, "4 requests at once (server's /props)"),
+        ({"models_owned_by": "me"}, "1 request at a time (llama-cpp-python's server runs one"),
+    ],
+)
+async def test_doctor_reports_the_endpoints_concurrency(
+    tmp_path: Path, fake_llm: FakeLLM, server: dict[str, object], said: str
+) -> None:
+    """The llm line says how many requests the endpoint takes at once, and how that is known."""
+    from gateway.cli.doctor import check_llm
+    from gateway.config.file import load_config
+
+    for name, value in server.items():
+        setattr(fake_llm, name, value)
+    config = load_config(probe_config(tmp_path, fake_llm.url), must_exist=True)
+    check = await check_llm(config)
+    assert check.ok, check.detail
+    assert said in check.detail
+
+
+async def test_doctor_checks_memory_llm_on_a_line_of_its_own(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """memory.llm set: a `memory.llm` line checks its endpoint and model (a forced tool call
+    included) beside the llm line, and names its model when the server does not list it."""
+    other, runner = await start_fake_llm()
+    try:
+        other.listed_models = ["big-model"]
+        extra = f"memory:\n  llm:\n    base_url: {other.url}\n    model: small-model\n"
+        config = probe_config(tmp_path, fake_llm.url, extra=extra)
+        code, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
+    finally:
+        await runner.cleanup()
+    [line] = [line for line in out.splitlines() if line[2:].startswith("memory.llm:")]
+    assert code == 1, out + err
+    assert llm_line(out).startswith("✓ llm: ")
+    assert (
+        "memory.llm.model 'small-model' is not among the models" in line and "'big-model'" in line
+    )
+    assert FORCED_PING in [request.get("tool_choice") for request in other.requests]
+    assert {request["model"] for request in other.requests} == {"small-model"}

@@ -9,7 +9,9 @@ model and the embeddings endpoint count from the moment the command started, so 
 openai SDK takes to import is inside them, not added to them: doctor on a hanging model is done
 within llm.timeout. The fixed bounds of the channel and MCP checks count from their own start,
 after their SDK's import (which a slow machine may take seconds over). The lines that need no
-network are gateway/cli/checks.py's.
+network are gateway/cli/checks.py's. The model's line (and memory.llm's, when set) also says
+whether the server lists the model (a server without /v1/models is not judged) and how many
+requests it runs at once (gateway/llm/server_info.py).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from typing import Any
 
 from channels.base import ChannelConfigError
 from gateway.cli.checks import Check, bounded, check_lock, unanswered
-from gateway.config.file import require_api_key
-from gateway.config.models import Config, McpServerConfig
+from gateway.config.file import OPENAI_URL, require_api_key
+from gateway.config.models import Config, LLMConfig, McpServerConfig
 from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
+from gateway.llm.server_info import ServerProfile, concurrency, read_profile
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
 from memory.errors import EmbeddingError
 
 CHANNEL_TIMEOUT = 10.0  # two small REST calls: getMe and the webhook; a login and the app's flags
 MCP_LIST_TIMEOUT = 5.0  # listing a started server's tools, after its start_timeout
 PROBE_TOKENS = 64  # room for a tool call (and a little thinking), few enough to come back quickly
+LISTED = 8  # models named when llm.model is not among them
 
 # Offered with every model request of the check: once as the agent offers tools (the model may
 # call it or not), once forced by `tool_choice`, which a server that supports tools must honour.
@@ -80,6 +84,8 @@ def left(limit: float, since: float) -> float:
 
 def _live_checks(config: Config, since: float) -> list[Awaitable[Check]]:
     checks: list[Awaitable[Check]] = [check_lock(config), check_llm(config, since)]
+    if config.memory.llm is not None:
+        checks.append(check_memory_llm(config, since))
     if config.memory.embeddings is not None:
         checks.append(check_embeddings(config, since))
     # A platform's SDK, and MCP's (half a second to two seconds each), is imported only for a
@@ -113,14 +119,31 @@ async def check_channel(name: str, probe: Awaitable[str]) -> Check:
 
 async def check_llm(config: Config, since: float | None = None) -> Check:
     """The model answers a request as the agent sends it, and a call forced to a tool comes back
-    as that tool's call; both within llm.timeout of `since` (by default now). `memgate setup`
+    as that tool's call; the server lists the model (where it lists any), and says how many
+    requests it runs at once; all within llm.timeout of `since` (by default now). `memgate setup`
     tests its answers with it."""
-    llm = config.llm
-    deadline = (time.monotonic() if since is None else since) + llm.timeout
     try:
         require_api_key(config)
     except ConfigError as exc:
         return Check("llm", False, str(exc))
+    return await _check_model("llm", config.llm, since)
+
+
+async def check_memory_llm(config: Config, since: float | None = None) -> Check:
+    """memory.llm's model, as check_llm checks llm's: consolidation forces its tool calls."""
+    own = config.consolidation_llm
+    if own.base_url.rstrip("/") == OPENAI_URL and not own.api_key:
+        return Check(
+            "memory.llm",
+            False,
+            "memory.llm.api_key and llm.api_key are empty and memory.llm.base_url is OpenAI's: "
+            "set one of them",
+        )
+    return await _check_model("memory.llm", own, since)
+
+
+async def _check_model(label: str, llm: LLMConfig, since: float | None) -> Check:
+    deadline = (time.monotonic() if since is None else since) + llm.timeout
     provider = OpenAIProvider(
         base_url=llm.base_url,
         api_key=llm.api_key,
@@ -132,15 +155,40 @@ async def check_llm(config: Config, since: float | None = None) -> Check:
         tool_support=ToolSupport("on"),
     )
     try:
-        return await _probe_llm(provider, llm.timeout, deadline)
+        probed = await _probe_llm(label, provider, llm.timeout, deadline)
     finally:
         await provider.close()
+    if not probed.ok:
+        return probed
+    # After the requests, not beside them: a one-slot server's list waits for its slot.
+    profile = await read_profile(llm.base_url, llm.api_key, max(0.0, deadline - time.monotonic()))
+    listed = _unlisted(label, llm.model, profile)
+    if listed is not None:
+        return listed
+    setting = llm.max_concurrency if label == "llm" else "auto"
+    return Check(label, True, f"{probed.detail}; {concurrency(setting, profile).describe()}")
 
 
-async def _probe_llm(provider: OpenAIProvider, limit: float, deadline: float) -> Check:
+def _unlisted(label: str, model: str, profile: ServerProfile) -> Check | None:
+    """A ✗ when the server lists its models and `model` is not one of them; None otherwise (a
+    server without /v1/models is not judged)."""
+    if profile.models is None or model in profile.models:
+        return None
+    names = ", ".join(repr(name) for name in profile.models[:LISTED]) or "none"
+    if len(profile.models) > LISTED:
+        names += f" and {len(profile.models) - LISTED} more"
+    return Check(
+        label,
+        False,
+        f"{label}.model {model!r} is not among the models the server lists ({names}): "
+        f"set {label}.model to one of them (a server that answered chose its model itself)",
+    )
+
+
+async def _probe_llm(label: str, provider: OpenAIProvider, limit: float, deadline: float) -> Check:
     """The agent's request first (tools offered), then the forced one; one at a time, as a local
     server with one slot would take them anyway, and all of them by `deadline` (monotonic)."""
-    timed_out = unanswered("llm", provider.endpoint, limit, "llm.timeout")
+    timed_out = unanswered(label, provider.endpoint, limit, "llm.timeout")
     plain = await _attempt(provider.chat(_ASKED, [_PING_TOOL]), deadline)
     if plain is None:
         return timed_out
@@ -149,17 +197,17 @@ async def _probe_llm(provider: OpenAIProvider, limit: float, deadline: float) ->
         if bare is None:
             return timed_out
         if isinstance(bare, LLMError):
-            return Check("llm", False, bare.cause)
+            return Check(label, False, bare.cause)
         ok, tools = True, "tools NOT supported (keep llm.tools: auto, or set it to off)"
     elif isinstance(plain, LLMError):
-        return Check("llm", False, plain.cause)
+        return Check(label, False, plain.cause)
     else:
         forcing = provider.chat(_TOLD, [_PING_TOOL], tool_choice=_FORCE_PING)
         forced = await _attempt(forcing, deadline)
         if forced is None:
             return timed_out
         ok, tools = _forced_verdict(forced)
-    return Check("llm", ok, f"model {provider.model!r} at {provider.endpoint} answers; {tools}")
+    return Check(label, ok, f"model {provider.model!r} at {provider.endpoint} answers; {tools}")
 
 
 async def _attempt(
