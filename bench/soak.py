@@ -211,6 +211,7 @@ async def soak(args: argparse.Namespace, seed: int, workdir: Path) -> int:
                 seed=seed,
                 max_repeats=args.max_repeats,
                 say=lambda line: print(line, flush=True),
+                groups=args.groups,
             )
         finally:
             await telegram_runner.cleanup()
@@ -241,6 +242,11 @@ async def soak(args: argparse.Namespace, seed: int, workdir: Path) -> int:
             f"  crash-run delivery: {crash.tool_turns} turns with a tool step, "
             f"{crash.repeated} answers repeated (at least once)"
         )
+        if args.groups:
+            print(
+                f"  crash-run groups:   {crash.group_messages} messages in {args.groups} groups, "
+                f"{crash.group_repeated} answered twice"
+            )
         print(f"  crash-run problems: {len(crash.problems)}")
         for problem in crash.problems[:20]:
             print(f"    {problem}")
@@ -263,6 +269,12 @@ def main() -> None:
         "--kills", type=int, default=100, help="SIGKILLs in the crash run (0: skip)"
     )
     parser.add_argument("--chats", type=int, default=20, help="chats writing during the crash run")
+    parser.add_argument(
+        "--groups",
+        type=int,
+        default=0,
+        help="of those chats, supergroups (answers streamed slowly into an edited message)",
+    )
     parser.add_argument(
         "--max-repeats",
         type=int,

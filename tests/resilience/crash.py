@@ -4,6 +4,10 @@ Shared by tests/resilience/test_crash.py (20 kills) and bench/soak.py (as many a
 random choice comes from a seeded generator, printed first, so a failing run can be replayed with
 the same choices (the timing of the processes still varies). After the last restart the run stops
 cleanly and checks what is on disk against what the fake Bot API delivered.
+
+With `groups`, the first chats are supergroups instead (the owner mentions the bot): there each
+answer streams slowly into a message edited as it grows, so kills land mid-stream, and an answer
+counts as given twice when two of the bot's messages reply to the same question.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tests.fakes.llm import (
     consolidation_reply,
     is_consolidation,
     last_user_text,
+    streamed,
     text,
     tool_call,
 )
@@ -33,6 +38,9 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.harness import Gateway, SessionFile, read_session, session_paths, until
 
 FIRST_CHAT = 101
+GROUP_SHARE = 0.15  # a group's turn of the drive's chat choice that writes (its answers are slow)
+GROUP_RATE = 2.0  # tokens a second of a group's answer: about two seconds, shown while it grows
+MENTION = "@memgate_bot "
 _TEXT = re.compile(r"c(\d+)-m(\d+)")
 
 
@@ -51,6 +59,9 @@ class CrashReport:
     stored: int = 0  # distinct user texts found in the session files
     unanswered: int = 0  # stored, but never answered (a broken promise)
     repeated: int = 0  # answers delivered more than once (at least once: a kill after sending)
+    group_messages: int = 0  # of `messages`, written in groups
+    group_repeated: int = 0  # of `repeated`, in groups: two of the bot's messages for one question
+    group_twice: list[str] = field(default_factory=list)  # those questions
     tool_turns: int = 0  # turns with a tool step, as stored
     lost: list[str] = field(default_factory=list)  # pushed, never stored
     memory_checks: int = 0
@@ -69,7 +80,8 @@ class CrashReport:
             f"memory_checks={self.memory_checks} memory_versions={self.memory_versions} "
             f"consolidations={self.consolidations} archives={self.archives} "
             f"torn_tails={self.torn_tails} tool_turns={self.tool_turns} "
-            f"repeated={self.repeated} problems={len(self.problems)}"
+            f"repeated={self.repeated} (in groups: {self.group_repeated} of "
+            f"{self.group_messages}) problems={len(self.problems)}"
         )
 
 
@@ -83,9 +95,10 @@ class ScriptedModel:
     partial one: MEMORY.md must always equal the template or one of these, byte for byte.
     """
 
-    def __init__(self, tool_every: int = 10) -> None:
+    def __init__(self, tool_every: int = 10, slow: frozenset[int] = frozenset()) -> None:
         self.memory_texts = {MEMORY_TEMPLATE}
         self.tool_every = tool_every
+        self.slow = slow  # chats whose answers stream at GROUP_RATE
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         if not is_consolidation(body):
@@ -98,6 +111,9 @@ class ScriptedModel:
                 and zlib.crc32(asked.encode()) % self.tool_every == 0
             ):
                 return tool_call("list_dir", {"path": "."})
+            match = _TEXT.fullmatch(asked)
+            if match is not None and int(match.group(1)) in self.slow:
+                return streamed(f"echo: {asked}", GROUP_RATE)
             return text(f"echo: {asked}")
         reply = consolidation_reply(body)
         arguments = json.loads(reply["tool_calls"][0]["arguments"])
@@ -136,12 +152,17 @@ async def crash_run(
     max_repeats: int = 1,
     env: dict[str, str] | None = None,
     say: Callable[[str], None] = print,
+    groups: int = 0,
 ) -> CrashReport:
-    """Drive `chats` chats while killing `memgate run` `kills` times; then check everything."""
+    """Drive `chats` chats (the first `groups` of them supergroups) while killing `memgate run`
+    `kills` times; then check everything."""
     seed = random.randrange(2**32) if seed is None else seed
-    say(f"crash run: seed={seed} kills={kills} chats={chats} (replay with this seed)")
+    say(
+        f"crash run: seed={seed} kills={kills} chats={chats} groups={groups} (replay with this seed)"
+    )
     report = CrashReport(seed)
-    model = ScriptedModel(tool_every)
+    grouped = frozenset(range(FIRST_CHAT, FIRST_CHAT + groups))  # chat -n, written by user n
+    model = ScriptedModel(tool_every, grouped)
     llm.default = model
     gateway = Gateway(
         root,
@@ -164,7 +185,14 @@ async def crash_run(
         number = 0
         while driving.is_set():
             chat = FIRST_CHAT + rng.randrange(chats)
-            if rng.random() < 0.03:
+            if chat in grouped:
+                if rng.random() < GROUP_SHARE:
+                    message = f"c{chat}-m{number}"
+                    telegram.message(MENTION + message, chat_id=-chat, user_id=chat)
+                    pushed.append(message)
+                    report.group_messages += 1
+                    number += 1
+            elif rng.random() < 0.03:
                 telegram.message("/new", chat_id=chat, user_id=chat)
                 resets[chat] += 1
             else:
@@ -199,10 +227,14 @@ async def crash_run(
         finals = []
         for chat in range(FIRST_CHAT, FIRST_CHAT + chats):
             finals.append(f"c{chat}-final")
-            telegram.message(finals[-1], chat_id=chat, user_id=chat)
+            if chat in grouped:
+                telegram.message(MENTION + finals[-1], chat_id=-chat, user_id=chat)
+            else:
+                telegram.message(finals[-1], chat_id=chat, user_id=chat)
 
         def all_answered() -> bool:
             delivered = {p.get("plain") for p in telegram.sent()}
+            delivered |= {t for chat in grouped for t in telegram.shown(-chat)}
             return all(f"echo: {final}" in delivered for final in finals)
 
         await until(all_answered, 90, "the final answers")
@@ -219,8 +251,10 @@ async def crash_run(
     report.messages = len(pushed)
     report.resets = sum(resets.values())
     report.memory_versions = len(model.memory_texts)
-    audit(gateway.workspace, telegram, pushed, resets, report, max_repeats)
+    audit(gateway.workspace, telegram, pushed, resets, report, max_repeats, grouped)
     say(f"crash run: {report.summary()}")
+    if report.group_twice:
+        say(f"  answered twice in groups: {report.group_twice[:20]}")
     for problem in report.problems[:20]:
         say(f"  problem: {problem}")
     return report
@@ -233,6 +267,7 @@ def audit(
     resets: Counter[int],
     report: CrashReport,
     max_repeats: int = 1,
+    grouped: frozenset[int] = frozenset(),
 ) -> None:
     """Compare the session files with what was pushed and what the fake Bot API delivered."""
     sessions: list[SessionFile] = []
@@ -279,10 +314,15 @@ def audit(
             f"HISTORY.md has {entries} entries for {report.consolidations} consolidation markers"
         )
 
-    replies = [str(p.get("plain", p.get("text"))) for p in telegram.sent()]
+    private = [p for p in telegram.sent() if -p.get("chat_id", 0) not in grouped]
+    replies = [str(p.get("plain", p.get("text"))) for p in private]
     answers = [r.removeprefix("echo: ") for r in replies if r.startswith("echo: ")]
-    report.replies = len(answers)
-    report.repeated = len(answers) - len(set(answers))
+    asked, whole = group_answers(telegram, grouped)
+    report.group_repeated = len(asked) - len(set(asked))
+    report.group_twice = sorted(q for q, count in Counter(asked).items() if count > 1)
+    report.replies = len(answers) + len(whole)
+    report.repeated = len(answers) - len(set(answers)) + report.group_repeated
+    answers += whole
     if report.repeated > max_repeats:
         repeats = [a for a, count in Counter(answers).items() if count > 1]
         report.problems.append(f"{report.repeated} answers repeated (at most {max_repeats}): "
@@ -305,3 +345,24 @@ def audit(
         never = sorted((set(stored) & set(pushed)) - set(answers))
         report.problems.append(f"{report.unanswered} kept but never answered: {never[:5]}")
     report.lost = [message for message in pushed if message not in stored]
+
+
+def group_answers(telegram: FakeTelegram, grouped: frozenset[int]) -> tuple[list[str], list[str]]:
+    """In the groups: the question each of the bot's messages answers (by the message it replies
+    to; a follow-up part replies to none), and the questions whose answer reads whole."""
+    questions = {
+        int(u["message"]["message_id"]): str(u["message"].get("text", "")).removeprefix(MENTION)
+        for u in telegram.updates
+        if "message" in u
+    }
+    asked: list[str] = []
+    whole: list[str] = []
+    for chat in grouped:
+        for shown in telegram.chats.get(-chat, {}).values():
+            question = questions.get(shown.get("reply_to") or 0)
+            if question is None:
+                continue
+            asked.append(question)
+            if shown["plain"] == f"echo: {question}":
+                whole.append(question)
+    return asked, whole

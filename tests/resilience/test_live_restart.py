@@ -28,8 +28,8 @@ def _chat(body: dict[str, Any]) -> bool:
     return not is_consolidation(body)
 
 
-def _ask(fake: FakeTelegram, question: str) -> None:
-    fake.message(f"@memgate_bot {question}", chat_id=GROUP, user_id=42)
+def _ask(fake: FakeTelegram, question: str, topic: int | None = None) -> None:
+    fake.message(f"@memgate_bot {question}", chat_id=GROUP, user_id=42, thread_id=topic)
 
 
 def _edits(fake: FakeTelegram, chat_id: int) -> list[dict[str, Any]]:
@@ -60,21 +60,27 @@ async def _restart_and_wait(gateway: Gateway, fake: FakeTelegram, last: str) -> 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("topic", [None, 7], ids=["group", "topic"])
 async def test_a_kill_mid_stream_ends_with_the_same_message_holding_the_whole_answer(
-    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+    topic: int | None,
+    make_gateway: GatewayFactory,
+    fake_llm: FakeLLM,
+    fake_telegram: FakeTelegram,
 ) -> None:
-    """Killed after the first part of a group's live reply was shown and before the answer was
-    stored, the restarted turn streams into that same message: one message, the whole answer."""
+    """Killed after the first part of a group's (or a forum topic's) live reply was shown and
+    before the answer was stored, the restarted turn streams into that same message: one
+    message, the whole answer."""
     gateway = make_gateway()
     await gateway.start()
     fake_llm.push(streamed(ANSWER, SLOW), match=_chat)
-    _ask(fake_telegram, "tell me slowly")
+    _ask(fake_telegram, "tell me slowly", topic)
     await _kill_while_shown(gateway, fake_telegram)
     assert fake_telegram.shown(GROUP)[0] != ANSWER  # cut mid-stream
     fake_llm.push(streamed(ANSWER, 4 * SLOW), match=_chat)
     await _restart_and_wait(gateway, fake_telegram, ANSWER)
     assert fake_telegram.shown(GROUP) == [ANSWER]
     assert len(fake_telegram.sent(GROUP)) == 1
+    assert {p.get("message_thread_id") for p in fake_telegram.sent(GROUP)} == {topic}
 
 
 @pytest.mark.timeout(120)
