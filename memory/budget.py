@@ -103,6 +103,12 @@ class PromptBudget:
         the context window, which the server counts)."""
         return math.ceil(self.size(messages, tools) * self.calibration.ratio)
 
+    def server_at_most(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        """An upper bound of `server_size` that needs no tokenizer."""
+        return math.ceil(self.at_most(messages, tools) * self.calibration.ratio)
+
     def at_most(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
         """An upper bound of `size(messages, tools)` that needs no tokenizer."""
         total = sum(self.counter.at_most_message(m) for m in messages)

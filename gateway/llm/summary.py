@@ -29,15 +29,22 @@ class OutputLimit:
     """How much one consolidation call may write: all of MEMORY.md at its cap (`memory_cap`),
     with a quarter more for the facts it adds and JSON's escapes, plus the history entry; never
     less than a reply may (`reply_tokens`), never more than the context leaves after the prompt
-    (`measure` counts it). `llm.max_tokens` is sized for replies: 256 cannot hold a rewrite."""
+    (`measure` counts it). `llm.max_tokens` is sized for replies: 256 cannot hold a rewrite.
+    Where an upper bound of the prompt (`bound`, no tokenizer) leaves all that is wanted, nothing
+    is counted: the count would leave it too."""
 
     reply_tokens: int
     memory_cap: int
     context_window: int
     measure: Callable[[list[dict[str, Any]], list[dict[str, Any]]], int]
+    bound: Callable[[list[dict[str, Any]], list[dict[str, Any]]], int] | None = None
 
     async def tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         wanted = max(self.reply_tokens, self.memory_cap * 5 // 4 + HISTORY_ROOM)
+        if self.bound is not None:
+            room = self.context_window - self.bound(messages, tools) - MARGIN
+            if room >= wanted:  # by the bound: the exact count would leave it all too
+                return wanted
         used = await asyncio.to_thread(self.measure, messages, tools)
         return max(self.reply_tokens, min(wanted, self.context_window - used - MARGIN))
 

@@ -200,6 +200,7 @@ async def _build_runtime(
             config.memory.max_memory_tokens,
             config.llm.context_window,
             budget.server_size,  # the context is the server's: its tokens, not our count
+            bound=budget.server_at_most,
         )
         compactor = MemoryCompactor(
             memory, budget, summary_model, config.memory.max_memory_tokens, config.memory.timeout
