@@ -65,7 +65,7 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "yaml": "gateway/config/file.py",
     "PIL": "gateway/media/images.py",
     "pypdf": "gateway/media/documents.py",
-    "mcp": "gateway/tools/mcp.py",
+    "mcp": ("gateway/tools/mcp.py", "gateway/tools/mcp_stdio.py"),
     # The transport under both the openai and the mcp SDK: their owners name its errors.
     "httpx2": ("gateway/tools/mcp.py", "gateway/llm/provider.py"),
     "jsonschema": "gateway/tools/mcp.py",

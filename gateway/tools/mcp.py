@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import best_match
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import (
     CONNECTION_CLOSED,
@@ -43,6 +43,7 @@ from mcp.types import Tool as McpTool
 from gateway.config.models import McpServerConfig
 from gateway.errors import describe_errors
 from gateway.tools.mcp_cache import ToolCache
+from gateway.tools.mcp_stdio import USED_GRACE, StdioTransport
 from gateway.tools.registry import Tool, ToolError, ToolFunc
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class McpConnection:
         self.restarts = 0
         self.on_listed: Callable[[McpConnection], None] | None = None
         self._client: Client | None = None
+        self._stdio: StdioTransport | None = None  # the process of a stdio server's latest start
         self._broken = asyncio.Event()
         self._started = asyncio.Event()  # the first start ended, up or failed
         self._changed = asyncio.Condition()
@@ -246,14 +248,8 @@ class McpConnection:
             )
             return Client(streamable_http_client(settings.url, http_client=http))
         assert settings.command is not None  # the config allows one of command or url
-        return Client(
-            StdioServerParameters(
-                command=settings.command,
-                args=settings.args,
-                env=settings.env or None,
-                cwd=settings.cwd,
-            )
-        )
+        self._stdio = StdioTransport(settings.command, settings.args, settings.env, settings.cwd)
+        return Client(self._stdio.open())
 
     @staticmethod
     async def _list_tools(client: Client) -> list[McpTool]:
@@ -291,6 +287,8 @@ class McpConnection:
         client = self._client
         if client is None or self.state != UP:
             raise ToolError(self._unavailable())
+        if self._stdio is not None:  # it has worked for us: it may have something to finish
+            self._stdio.grace = USED_GRACE
         try:
             async with asyncio.timeout(self.settings.timeout):
                 result = await client.call_tool(tool.name, arguments)

@@ -7,6 +7,8 @@ over streamable HTTP on 127.0.0.1:N at /mcp (N=0: a free port, named on stdout).
 to check what memgate passes on).
 Each start appends a line to the file named by `$FAKE_MCP_STARTS`, so a test can wait for a restart.
 With `$FAKE_MCP_GATE` set, the server says nothing until that file exists: a server slow to start.
+With `$FAKE_MCP_NOTES` set, it appends to that file `pid N` at start, `stdin closed` when its stdin
+ends and `exited` as it exits, after `$FAKE_MCP_LINGER` seconds (a server with work to finish).
 """
 
 from __future__ import annotations
@@ -112,6 +114,13 @@ async def serve_http() -> AsyncIterator[str]:
         await process.wait()
 
 
+def _note(text: str) -> None:
+    notes = os.environ.get("FAKE_MCP_NOTES")
+    if notes:
+        with Path(notes).open("a", encoding="utf-8") as handle:
+            handle.write(f"{text}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("transport", choices=["stdio", "http"])
@@ -126,8 +135,12 @@ def main() -> None:
         if os.getppid() != parent:  # memgate is gone without stopping us: do not linger
             sys.exit(1)
         time.sleep(0.05)  # another process opens the gate: nothing to wait on but the file
+    _note(f"pid {os.getpid()}")
     if args.transport == "stdio":
         server.run("stdio")
+        _note("stdin closed")
+        time.sleep(float(os.environ.get("FAKE_MCP_LINGER", "0")))
+        _note("exited")
         return
     import uvicorn  # the web server only for HTTP: a stdio start stays quick
 
