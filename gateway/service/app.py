@@ -46,6 +46,7 @@ from memory.consolidation.consolidator import ConsolidationSettings, Consolidato
 from memory.consolidation.failures import FAILURE_REPORT
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
+from memory.search.searcher import MemorySearch
 from memory.search.tools import search_tools
 from memory.sessions.store import SessionStore
 from memory.tokens import TokenCounter
@@ -70,6 +71,7 @@ class Runtime:
     metrics: Metrics
     scheduler: Scheduler  # its loop runs in `memgate run`, which can deliver to chats
     mcp: McpServers | None = None
+    search: MemorySearch | None = None  # its embeddings' state is reported by /healthz
 
 
 def consolidation_settings(config: Config) -> ConsolidationSettings:
@@ -264,6 +266,7 @@ async def _build_runtime(
             metrics,
             scheduler,
             mcp,
+            search,
         )
 
 

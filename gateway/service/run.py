@@ -179,6 +179,27 @@ async def run_service(config: Config) -> int:
     return 0
 
 
+def optional_states(runtime: Runtime) -> dict[str, Any]:
+    """What memgate answers without, as it stands: reported beside the status, never waited for.
+
+    Each MCP server: starting, up, restarting or failed (with why); embeddings: off, idle (not
+    called yet), ok or failing, as their last call went.
+    """
+    servers = runtime.mcp.connections if runtime.mcp is not None else []
+    search = runtime.search
+    embeddings = {"state": search.embeddings_state if search is not None else "off"}
+    if search is not None and search.embeddings_error:
+        embeddings["error"] = search.embeddings_error
+    return {
+        "mcp": {
+            c.name: {"state": c.state, "tools": len(c.tools)}
+            | ({"error": c.error} if c.error else {})
+            for c in servers
+        },
+        "embeddings": embeddings,
+    }
+
+
 async def _serve(
     config: Config,
     runtime: Runtime,
@@ -192,6 +213,7 @@ async def _serve(
             "status": "ok" if all(connected.values()) else "degraded",
             "channels": {name: {"connected": up} for name, up in connected.items()},
             "consolidation_queue": runtime.consolidator.queue_depth,
+            **optional_states(runtime),
         }
 
     # One channel's failure comes out as itself; several stay a group, none dropped.

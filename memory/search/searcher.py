@@ -61,6 +61,10 @@ class MemorySearch:
         self.embedder = embedder
         self.weights = weights
         self._embedding = asyncio.Lock()  # one catch-up at a time, so no entry is embedded twice
+        # For /healthz: "off" without an embedder, "idle" before its first call, then "ok" or
+        # "failing" with the error, as the last call went.
+        self.embeddings_state = "off" if embedder is None else "idle"
+        self.embeddings_error = ""
 
     async def search(self, query: str, limit: int = DEFAULT_LIMIT) -> list[Hit]:
         """Best hits for `query`, after indexing whatever the files gained since the last call."""
@@ -106,7 +110,9 @@ class MemorySearch:
             (probe,) = await embed_checked(embedder, [query])
         except EmbeddingError as exc:
             log.warning("embeddings failed, keywords only model=%s error=%s", embedder.model, exc)
+            self.embeddings_state, self.embeddings_error = "failing", str(exc)
             return keyword[:limit]
+        self.embeddings_state, self.embeddings_error = "ok", ""
         found = {match.id: match for match in keyword}
         similar = await asyncio.to_thread(
             self.vectors.similarities, embedder.model, probe, pool, list(found)
@@ -123,10 +129,14 @@ class MemorySearch:
         if self.embedder is None:
             return 0
         try:
-            return await self._embed_pending(self.embedder)
+            done = await self._embed_pending(self.embedder)
         except EmbeddingError as exc:
             log.warning("embeddings failed model=%s error=%s", self.embedder.model, exc)
+            self.embeddings_state, self.embeddings_error = "failing", str(exc)
             return 0
+        if done:
+            self.embeddings_state, self.embeddings_error = "ok", ""
+        return done
 
     async def _embed_pending(self, embedder: Embedder, batches: int | None = None) -> int:
         """Embed entries without a vector from the embedder's model, newest first, BATCH at a time."""
