@@ -107,15 +107,23 @@ async def test_the_slot_count_a_server_gives_sets_the_limit(
 
 
 async def test_llama_cpp_pythons_server_is_taken_as_one_request_at_a_time(
-    fake_llm: FakeLLM,
+    fake_llm: FakeLLM, make_runtime: RuntimeFactory
 ) -> None:
-    """A server whose models are owned_by "me" (llama-cpp-python's) runs one request at a time;
-    one that says nothing gets no slot count."""
+    """llama-cpp-python's server (its API titled so, its models owned_by "me") runs one request
+    at a time; the runtime's gate knows it from the title alone (its model list waits for a busy
+    slot); a server that says nothing gets no slot count."""
     plain = await read_profile(fake_llm.url, "")
     fake_llm.models_owned_by = "me"
-    llama = await read_profile(fake_llm.url, "")
+    owned = await read_profile(fake_llm.url, "")
+    fake_llm.models_owned_by = "fake"
+    fake_llm.openapi_title = "🦙 llama.cpp Python API"
+    async with make_runtime() as runtime:
+        await turns(runtime, 1)
+        concurrency = gated(runtime).gate.concurrency
     assert plain.slots is None and plain.models == ("fake",)
-    assert llama.slots == 1 and "llama-cpp-python" in llama.slots_source
+    assert owned.slots == 1 and "llama-cpp-python" in owned.slots_source
+    assert concurrency is not None and concurrency.limit == 1
+    assert concurrency.source == "llama-cpp-python's server runs one at a time"
 
 
 async def test_memory_llm_sends_consolidation_to_its_own_endpoint(

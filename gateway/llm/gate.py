@@ -150,6 +150,7 @@ def endpoint_gate(base_url: str, api_key: str, setting: int | str, timeout: floa
     async def detect() -> Concurrency:
         if isinstance(setting, int):
             return concurrency(setting, None)
-        return concurrency(setting, await read_profile(base_url, api_key, timeout))
+        profile = await read_profile(base_url, api_key, timeout, listing=False)
+        return concurrency(setting, profile)
 
     return EndpointGate(detect)

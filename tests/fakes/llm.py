@@ -300,6 +300,8 @@ class FakeLLM:
     listed_models: list[str] | None = None
     models_owned_by: str = "fake"
     models_endpoint: bool = True
+    # `GET /openapi.json` with this title (llama-cpp-python's: "🦙 llama.cpp Python API"); None: 404.
+    openapi_title: str | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _arrived: asyncio.Condition | None = None
     _slot: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -636,6 +638,12 @@ class FakeLLM:
         data = [{"id": name, "object": "model", "owned_by": owner} for name in ids]
         return web.json_response({"object": "list", "data": data})
 
+    async def openapi(self, request: web.Request) -> web.Response:
+        """A FastAPI server's description of itself (its title, here), as llama-cpp-python's."""
+        if self.openapi_title is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"openapi": "3.1.0", "info": {"title": self.openapi_title}})
+
     async def props(self, request: web.Request) -> web.Response:
         """llama.cpp's `GET /props`: the server's settings, `total_slots` among them."""
         if self.props_slots is None:
@@ -650,6 +658,7 @@ class FakeLLM:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/props", self.props)
+        app.router.add_get("/openapi.json", self.openapi)
         return app
 
 
