@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.llm.gate import GatedProvider
-from gateway.llm.server_info import read_profile
+from gateway.llm.gate import EndpointGate, GatedProvider, Priority
+from gateway.llm.server_info import Concurrency, read_profile
 from gateway.service.app import Runtime
 from memory.consolidation.consolidator import Job
 from tests.conftest import RuntimeFactory, inbound, memgate, turns
@@ -167,3 +167,35 @@ memory:
     assert consolidation["model"] == "memory-model"
     assert consolidation["_headers"]["authorization"] == "Bearer sk-memory-key-0123456789"
     assert not other.chat_requests()
+
+
+async def test_a_request_given_up_while_it_waits_leaves_its_turn_to_the_next() -> None:
+    """A reply cancelled (a /stop) while it waits takes no place: the consolidation behind it
+    goes next, and once all are done the gate admits at once again."""
+
+    async def one() -> Concurrency:
+        return Concurrency(1, "test")
+
+    gate = EndpointGate(one)
+    ran: list[str] = []
+    release = asyncio.Event()
+
+    async def request(name: str, priority: Priority, hold: asyncio.Event | None = None) -> None:
+        async with gate.slot(priority):
+            ran.append(name)
+            if hold is not None:
+                await hold.wait()
+
+    first = asyncio.create_task(request("first", Priority.REPLY, release))
+    await until(lambda: ran == ["first"])
+    background = asyncio.create_task(request("consolidation", Priority.BACKGROUND))
+    stopped = asyncio.create_task(request("stopped reply", Priority.REPLY))
+    await until(lambda: gate.waiting == 2)
+    stopped.cancel()
+    await asyncio.gather(stopped, return_exceptions=True)
+    release.set()
+    await asyncio.gather(first, background)
+    async with asyncio.timeout(1):
+        await request("later", Priority.BACKGROUND)
+    assert ran == ["first", "consolidation", "later"]
+    assert gate.waiting == 0
