@@ -246,15 +246,18 @@ async def _build_runtime(
             jobs_command=job_tools.command,
         )
         worker = group.create_task(consolidator.run(), name="consolidator")
+        # Archival a previous process left unfinished is looked for beside the first replies:
+        # after a year of /new the archive holds thousands of files.
+        recovery = group.create_task(consolidator.recover(), name="archive recovery")
 
         async def stop_consolidation() -> None:
             # Runs before the task group exits: the running job gets its grace, the rest waits
             # for the next start (it is derived from the files).
+            recovery.cancel()
             await consolidator.drain(config.shutdown_grace)
             worker.cancel()
 
         stack.push_async_callback(stop_consolidation)
-        await consolidator.recover()
         yield Runtime(
             config,
             memory,

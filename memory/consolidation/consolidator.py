@@ -123,6 +123,7 @@ class Consolidator:
         # job consolidated so far, of the messages it consolidates (the CLI draws a bar).
         self.progress: Callable[[str, int, int], None] | None = None
         self._queue: WorkQueue[Job] = WorkQueue("consolidator", self.process, self._retry_in)
+        self._recovered = asyncio.Event()  # recover() has looked at every archive
 
     # -- what the reply path calls: enqueue only -----------------------------------------------------
     def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None:
@@ -196,17 +197,30 @@ class Consolidator:
         return self._queue.queued
 
     async def recover(self) -> int:
-        """Queue archival left unfinished by a previous process (derived from the files)."""
-        if not self.settings.archive_on_new:
-            return 0
+        """Queue archival left unfinished by a previous process (derived from the files).
+
+        The runtime runs it beside the first replies, not before them; `wait_idle` waits for it.
+        """
         count = 0
-        for path in self.sessions.archived_paths():
-            session = await self.sessions.open_archived(path)
-            if session.unconsolidated:
-                count += self.enqueue(Job(str(path), session.key, archived=path, everything=True))
-        if count:
-            log.info("resuming archival consolidation sessions=%d", count)
-        return count
+        try:
+            if not self.settings.archive_on_new:
+                return 0
+            for path in self.sessions.archived_paths():
+                try:
+                    if not await self.sessions.archive_pending(path):
+                        continue
+                    session = await self.sessions.open_archived(path)
+                except OSError as exc:  # gone or unreadable: the next start looks again
+                    log.warning("archive not read file=%s error=%s", path, exc)
+                    continue
+                if session.unconsolidated:
+                    job = Job(str(path), session.key, archived=path, everything=True)
+                    count += self.enqueue(job)
+            if count:
+                log.info("resuming archival consolidation sessions=%d", count)
+            return count
+        finally:
+            self._recovered.set()
 
     # -- workers -------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -214,7 +228,9 @@ class Consolidator:
         await self._queue.run(self.settings.workers)
 
     async def wait_idle(self) -> None:
-        """Wait until nothing is queued or running (tests, the CLI)."""
+        """Wait until `recover` has queued what it found and nothing is queued or running (tests,
+        the CLI)."""
+        await self._recovered.wait()
         await self._queue.wait_idle()
 
     async def drain(self, grace: float) -> bool:

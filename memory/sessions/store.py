@@ -316,6 +316,15 @@ class SessionStore:
             self._archived[path] = session
         return session
 
+    async def archive_pending(self, path: Path) -> bool:
+        """Whether the archived file at `path` holds messages past its consolidation pointer.
+
+        Read as a live session is, from the pointer on through the index beside the file (written
+        by the first such read): an archive consolidated to its end costs a few small reads, not
+        its length, so a start does not grow with the conversations /new put away."""
+        loaded = await asyncio.to_thread(load_session, path, 0)
+        return loaded.last_consolidated < loaded.base + len(loaded.messages)
+
     def archived_paths(self) -> list[Path]:
         if not self.archive.is_dir():
             return []
