@@ -27,7 +27,7 @@ from gateway.config.file import OPENAI_URL, require_api_key
 from gateway.config.models import Config, LLMConfig, McpServerConfig
 from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
-from gateway.llm.server_info import ServerProfile, concurrency, read_profile
+from gateway.llm.server_info import PROFILE_TIMEOUT, ServerProfile, concurrency, read_profile
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
 from memory.errors import EmbeddingError
 
@@ -160,8 +160,10 @@ async def _check_model(label: str, llm: LLMConfig, since: float | None) -> Check
         await provider.close()
     if not probed.ok:
         return probed
-    # After the requests, not beside them: a one-slot server's list waits for its slot.
-    profile = await read_profile(llm.base_url, llm.api_key, max(0.0, deadline - time.monotonic()))
+    # After the requests, not beside them: a one-slot server's list waits for its slot (and
+    # while another client holds it, the model is not judged rather than doctor kept waiting).
+    within = min(PROFILE_TIMEOUT, max(0.0, deadline - time.monotonic()))
+    profile = await read_profile(llm.base_url, llm.api_key, within)
     listed = _unlisted(label, llm.model, profile)
     if listed is not None:
         return listed
