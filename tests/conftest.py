@@ -32,6 +32,7 @@ from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
+from tests.forkserver import run_forked
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -298,7 +299,13 @@ def imported(stderr: str) -> set[str]:
 async def memgate(
     *args: str, home: Path, env: dict[str, str] | None = None
 ) -> tuple[int, str, str]:
-    """Run the real CLI as a subprocess (the fake LLM keeps serving on this loop meanwhile)."""
+    """Run the real CLI as a child process (the fake LLM keeps serving on this loop meanwhile):
+    forked from a warm interpreter (tests/forkserver.py), but a fresh one for a test that reads
+    what the command imported (IMPORT_TIMES), or with MEMGATE_TEST_FORK=0."""
+    environment = {**os.environ, "MEMGATE_HOME": str(home), **(env or {})}
+    fresh = "PYTHONPROFILEIMPORTTIME" in environment
+    if not fresh and os.environ.get("MEMGATE_TEST_FORK") != "0":
+        return await asyncio.wait_for(run_forked(list(args), environment), 60)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -307,7 +314,7 @@ async def memgate(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MEMGATE_HOME": str(home), **(env or {})},
+        env=environment,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
