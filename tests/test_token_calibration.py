@@ -5,6 +5,7 @@ on its own history."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from gateway.cli.status import describe_budget
 from gateway.llm.server_tokens import ContextOverflow, context_overflow
 from memory.calibration import TokenCalibration
 from tests.conftest import RuntimeFactory, inbound
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, text
 
 # A local model of 16,384 tokens with short answers: memgate's budget is 15,104 of its own tokens,
 # about 4,500 of which make 16,384 of the dense server's (the system prompt and the tool schemas
@@ -146,6 +147,32 @@ async def test_the_server_tokenizer_calibrates_before_the_first_refusal(
     assert fake_llm.context_refusals == 0
     model = _calibration(runtime.config.state_dir)["models"]["gpt-4o-mini"]
     assert 2.0 < model["ratio"] <= 4.0
+
+
+async def test_the_tokenizer_call_waits_its_turn_at_a_one_slot_server(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """With one request at a time to the endpoint, the tokenizer call waits for the request in
+    flight (llama-cpp-python would cut that one's stream) instead of arriving beside it."""
+    _dense(fake_llm, tokenize=True)
+    async with make_runtime({**LOCAL, "llm": {**LOCAL["llm"], "max_concurrency": 1}}) as runtime:
+        gate = runtime.provider.gate  # type: ignore[attr-defined]
+        release = asyncio.Event()
+        fake_llm.push(text("held"), hold=release)
+        async with asyncio.TaskGroup() as group:
+            held = group.create_task(runtime.provider.chat([{"role": "user", "content": "x"}]))
+            await fake_llm.wait_for_requests(1)
+            turn = group.create_task(runtime.agent.handle(inbound("hello")))
+            # The gate's queue has no event to wait on: looked at until the tokenizer call (or,
+            # had it not waited, the turn's request after it) waits there.
+            async with asyncio.timeout(10):
+                while gate.waiting < 1:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            release.set()
+        assert held.result().content == "held"
+        reply = turn.result()
+        assert reply is not None and reply.text == "echo: hello"
+    assert [r["_in_flight"] for r in fake_llm.tokenize_requests] == [0]
 
 
 async def test_a_server_without_tokenize_is_fine(

@@ -13,12 +13,14 @@ a turn far within it is decided by bytes, as before, and never builds the tokeni
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.config.models import LLMConfig
 from gateway.errors import LLMStatusError
+from gateway.llm.gate import EndpointGate, Priority
 from gateway.llm.server_tokens import ContextOverflow, context_overflow, count_on_server
 from gateway.llm.types import ChatResponse
 from memory.budget import PromptBudget
@@ -34,10 +36,15 @@ Answer = ChatResponse | str  # a response, or the text a /stop kept of a streame
 class ContextFitter:
     """Sends a turn's requests through `call`, learning the server's token ratio as it goes."""
 
-    def __init__(self, budget: PromptBudget, llm: LLMConfig) -> None:
+    def __init__(
+        self, budget: PromptBudget, llm: LLMConfig, gate: EndpointGate | None = None
+    ) -> None:
         self.budget = budget
         self.calibration = budget.calibration
         self._llm = llm
+        # The endpoint's gate: the tokenizer call waits its turn like a reply, for a one-slot
+        # llama-cpp-python server cuts a running stream when another request arrives.
+        self._gate = gate
         self._probed = False  # the tokenizer endpoint is asked once a process, at most
 
     async def call(
@@ -99,9 +106,12 @@ class ContextFitter:
         when the calibration learnt from it."""
         texts = [message_text(m) for m in request]
         text = "\n".join(t for t in texts if t)
-        reported = await count_on_server(
-            self._llm.base_url, self._llm.api_key, self._llm.model, text
-        )
+        llm = self._llm
+        turn = self._gate.slot(Priority.REPLY) if self._gate else contextlib.nullcontext()
+        async with turn:
+            reported = await count_on_server(
+                llm.base_url, llm.api_key, llm.model, text, within=llm.timeout
+            )
         if reported is None:
             return False
         counted = await asyncio.to_thread(self.budget.counter.count, text)

@@ -120,7 +120,8 @@ class AgentLoop:
         self.keeper = keeper
         self.observer = observer
         self.budget = budget or PromptBudget(config.llm.budget, counter)
-        self.fitter = ContextFitter(self.budget, config.llm)  # learns the server's token counts
+        # Learns the server's token counts; its tokenizer call waits at the provider's gate.
+        self.fitter = ContextFitter(self.budget, config.llm, getattr(provider, "gate", None))
         self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
         self.outbox = Outbox(sessions)
         # Answers to replayable messages (with a message id) handed to a channel and not yet

@@ -17,7 +17,6 @@ import aiohttp
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT = 10.0  # seconds for one tokenizer call (a single-slot server may be busy)
 
 # How servers name the context they have: OpenAI, vLLM and llama-cpp-python ("maximum context
 # length is 4096 tokens"), llama.cpp's engine ("context window of 4096"), llama.cpp's server
@@ -89,9 +88,12 @@ def server_root(base_url: str) -> str:
     return root[: -len("/v1")] if root.endswith("/v1") else root
 
 
-async def count_on_server(base_url: str, api_key: str, model: str, text: str) -> int | None:
-    """`text`'s tokens by the server's own tokenizer; None where it has no tokenizer endpoint
-    (a 404: most hosted APIs) or it fails to answer (a debug line; the budget learns otherwise)."""
+async def count_on_server(
+    base_url: str, api_key: str, model: str, text: str, *, within: float
+) -> int | None:
+    """`text`'s tokens by the server's own tokenizer, asked `within` seconds; None where it has
+    no tokenizer endpoint (a 404: most hosted APIs) or it fails to answer in time (a debug line;
+    the budget learns otherwise). llama-cpp-python tokenizes only once its one slot is free."""
     root = server_root(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     # llama.cpp reads `content`, vLLM `prompt` (each ignores the other); llama-cpp-python its own.
@@ -100,7 +102,7 @@ async def count_on_server(base_url: str, api_key: str, model: str, text: str) ->
         ("/extras/tokenize", {"input": text, "model": model}),
     )
     try:
-        async with asyncio.timeout(PROBE_TIMEOUT), aiohttp.ClientSession(headers=headers) as client:
+        async with asyncio.timeout(within), aiohttp.ClientSession(headers=headers) as client:
             for path, body in attempts:
                 async with client.post(root + path, json=body) as response:
                     if response.status in (404, 405):

@@ -622,6 +622,7 @@ class FakeLLM:
     async def tokenize(self, request: web.Request) -> web.Response:
         """llama.cpp's `POST /tokenize` {"content": text} -> {"tokens": [...]}, when served."""
         body = await request.json()
+        body["_in_flight"] = self.in_flight  # chat requests being answered meanwhile
         self.tokenize_requests.append(body)
         if not self.tokenize_endpoint:
             raise web.HTTPNotFound()
