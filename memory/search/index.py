@@ -26,6 +26,10 @@ from memory.search.text import HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, Query, segment
 log = logging.getLogger(__name__)
 
 _FINGERPRINT_SPAN = 1024
+# Matches of one query ranked at most: a word found in more entries is ranked among the last
+# indexed of them, so a query costs the same after a year as after a week (ranking all of a
+# common word's 800,000 entries took seconds).
+RANK_WINDOW = 5_000
 _FILE_COLUMNS = "id, size, mtime_ns, ino, resume, resume_line, resume_ts, fingerprint"
 
 Progress = Callable[[int, int], None]
@@ -69,10 +73,21 @@ class _Indexed:
 class SearchIndex:
     """The index of one workspace: refresh from the files, query with FTS5."""
 
-    def __init__(self, workspace: Path, tz: tzinfo, db_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        tz: tzinfo,
+        db_path: Path | None = None,
+        rank_window: int = RANK_WINDOW,
+    ) -> None:
         self.workspace = workspace
         self.tz = tz
         self.db = IndexDatabase(db_path or workspace / ".index" / "memory.db", str(tz))
+        self.rank_window = rank_window
+        # The files table as of the last refresh, and the connection and data_version it was
+        # read at: another process's commit (or a reopened file) makes it read again.
+        self._known: dict[str, tuple[int, int, int]] = {}
+        self._known_at: tuple[sqlite3.Connection, int] | None = None
 
     # -- public ------------------------------------------------------------------------------------
     def refresh(self, progress: Progress | None = None) -> RefreshStats:
@@ -132,14 +147,13 @@ class SearchIndex:
 
     # -- indexing ----------------------------------------------------------------------------------
     def _refresh(self, conn: sqlite3.Connection, progress: Progress | None) -> RefreshStats:
-        # This runs before every search: compare plain tuples, read full rows only for changes.
-        known = {
-            row[0]: row[1:] for row in conn.execute("SELECT path, size, mtime_ns, ino FROM files")
-        }
+        # This runs before every search: compare plain tuples kept from the last refresh, read
+        # full rows only for changes.
+        known = self._known_files(conn)
         current = scan(self.workspace)
         changed = [
-            (source, stat)
-            for path, (source, stat) in current.items()
+            (Source(path, absolute, kind), stat)
+            for path, (absolute, kind, stat) in current.items()
             if known.get(path) != (stat.st_size, stat.st_mtime_ns, stat.st_ino)
         ]
         stats = RefreshStats()
@@ -149,17 +163,31 @@ class SearchIndex:
         for path in gone:
             with transaction(conn):
                 stats.removed += self._forget(conn, path)
+            known.pop(path, None)
         total, done = sum(stat.st_size for _, stat in changed), 0
         for source, stat in changed:
             try:
                 with transaction(conn):
                     self._index_file(conn, source, stat, stats)
+                known[source.relative] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
             except OSError as exc:  # vanished or unreadable since the scan: next refresh sees it
+                known.pop(source.relative, None)
                 log.warning("cannot index file=%s error=%s", source.relative, exc)
             done += stat.st_size
             if progress is not None:
                 progress(done, total)
         return stats
+
+    def _known_files(self, conn: sqlite3.Connection) -> dict[str, tuple[int, int, int]]:
+        """Path to (size, mtime_ns, ino) of every indexed file, read from the database only when
+        it may have changed under the copy kept (data_version moves with other connections'
+        commits, never with this one's, which keep the copy up to date themselves)."""
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._known_at is None or self._known_at[0] is not conn or self._known_at[1] != version:
+            rows = conn.execute("SELECT path, size, mtime_ns, ino FROM files")
+            self._known = {row[0]: row[1:] for row in rows}
+            self._known_at = (conn, version)
+        return self._known
 
     def _forget(self, conn: sqlite3.Connection, path: str) -> int:
         row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
@@ -245,10 +273,16 @@ class SearchIndex:
         # ORDER BY rank lets FTS5 sort inside the virtual table, so highlight() runs only for
         # the rows returned, not for every row that matched.
         try:
+            # Walking the matches in rowid order stops after the window: cheap even for a word
+            # in every entry. Past it, only the last indexed window is ranked.
+            floor = conn.execute(
+                "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (expression, self.rank_window - 1),
+            ).fetchone()
             ranked = conn.execute(
                 "SELECT rowid, rank, highlight(fts, 0, ?, ?) FROM fts WHERE fts MATCH ?"
-                " ORDER BY rank LIMIT ?",
-                (HIGHLIGHT_OPEN, HIGHLIGHT_CLOSE, expression, limit),
+                " AND rowid >= ? ORDER BY rank LIMIT ?",
+                (HIGHLIGHT_OPEN, HIGHLIGHT_CLOSE, expression, floor[0] if floor else 0, limit),
             ).fetchall()
         except sqlite3.OperationalError as exc:
             if "fts5" not in str(exc):

@@ -84,10 +84,12 @@ def is_inside(path: Path, allowed: tuple[Path, ...]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in allowed)
 
 
-def scan(workspace: Path) -> dict[str, tuple[Source, os.stat_result]]:
-    """Every file search indexes, with its stat; links that lead outside memory/ and sessions/ are skipped."""
+def scan(workspace: Path) -> dict[str, tuple[str, str, os.stat_result]]:
+    """Every file search indexes: its relative path to its absolute path, kind and stat; links that
+    lead outside memory/ and sessions/ are skipped. Plain tuples: it runs before every search,
+    over every session file of the workspace."""
     allowed = roots(workspace)
-    found: dict[str, tuple[Source, os.stat_result]] = {}
+    found: dict[str, tuple[str, str, os.stat_result]] = {}
     # os.scandir: one stat per file, and symlinks are known from the directory entry itself.
     for folder, pick in (
         ("memory", _memory_kind),
@@ -110,8 +112,7 @@ def scan(workspace: Path) -> dict[str, tuple[Source, os.stat_result]]:
                 except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
                     continue
                 if S_ISREG(stat.st_mode):
-                    relative = f"{folder}/{item.name}"
-                    found[relative] = (Source(relative, item.path, kind), stat)
+                    found[f"{folder}/{item.name}"] = (item.path, kind, stat)
     return found
 
 
