@@ -17,7 +17,14 @@ from gateway.llm.server_info import Concurrency, read_profile
 from gateway.service.app import Runtime
 from memory.consolidation.consolidator import Job
 from tests.conftest import RuntimeFactory, inbound, memgate, turns
-from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, start_fake_llm, text
+from tests.fakes.llm import (
+    FakeLLM,
+    is_consolidation,
+    last_user_text,
+    start_fake_llm,
+    text,
+    tool_call,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,6 +80,29 @@ async def test_a_reply_goes_ahead_of_a_consolidation_queued_before_it(
         "echo: second",
     ]
     assert order(fake_llm)[2:] == ["first", "second", "consolidation"]
+
+
+async def test_a_reply_that_called_a_tool_keeps_its_place_for_its_next_request(
+    fake_llm: FakeLLM, make_runtime: RuntimeFactory
+) -> None:
+    """One request at a time: a consolidation queued while a reply's request runs does not take
+    the place while the reply's tool runs; the reply's next request goes first."""
+    fake_llm.single_slot = True
+    async with make_runtime(ONE_AT_A_TIME) as runtime:
+        await turns(runtime, 2, chat_id="1")
+        [key] = runtime.sessions.keys()
+        held = asyncio.Event()
+        fake_llm.push(tool_call("read_file", {"path": "USER.md"}), hold=held, match=asked("look"))
+        reply = asyncio.create_task(runtime.agent.handle(inbound("look", "2")))
+        await fake_llm.wait_for(lambda: fake_llm.in_flight == 1)
+        gate = gated(runtime).gate
+        runtime.consolidator.enqueue(Job(key, key, everything=True))
+        await until(lambda: gate.waiting == 1 or bool(fake_llm.consolidation_requests()))
+        held.set()
+        answer = await reply
+        await runtime.consolidator.wait_idle()
+    assert answer is not None and answer.text == "echo: look"
+    assert order(fake_llm)[2:] == ["look", "look", "consolidation"]
 
 
 async def test_the_timeout_counts_from_sending_not_from_waiting_for_a_turn(

@@ -5,7 +5,9 @@ A single-slot server (llama.cpp with one slot, llama-cpp-python) queues what it 
 the client's timeout counts that wait: a reply behind a long consolidation timed out, and its
 retry queued again. Waiting here instead, a request's timeout starts when it is sent (the
 provider's own timers start inside its call, after the gate), and the wait goes in priority
-order, which the server's queue does not know.
+order, which the server's queue does not know. A reply that called tools keeps its place while
+they run (at most KEEP_FOR_TURN seconds): its next request is part of the same answer, and a
+consolidation that took the place between them would hold the reply for the whole of its run.
 """
 
 from __future__ import annotations
@@ -24,12 +26,20 @@ from gateway.llm.types import ChatProvider, ChatResponse, RestartSink, TextSink
 
 log = logging.getLogger(__name__)
 
+KEEP_FOR_TURN = 10.0  # seconds a reply's place waits for its next request while its tools run
+
 
 class Priority(IntEnum):
     """Lower goes first: someone waits for a reply; nobody waits for consolidation."""
 
     REPLY = 0
     BACKGROUND = 1
+
+
+class Place:
+    """One request's place at the gate; `keep`: hold it for the same reply's next request."""
+
+    keep = False
 
 
 class EndpointGate:
@@ -46,6 +56,8 @@ class EndpointGate:
         self._in_flight = 0
         self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        # Places replies keep for their next request, oldest first; each lapses on its timer.
+        self._kept: dict[object, asyncio.TimerHandle] = {}
 
     @property
     def waiting(self) -> int:
@@ -53,13 +65,17 @@ class EndpointGate:
         return len(self._waiting)
 
     @asynccontextmanager
-    async def slot(self, priority: Priority) -> AsyncIterator[None]:
-        """Held while one request is in flight."""
+    async def slot(self, priority: Priority) -> AsyncIterator[Place]:
+        """Held while one request is in flight; a reply may set `keep` on the place it gets."""
         await self._acquire(priority)
+        place = Place()
         try:
-            yield
+            yield place
         finally:
-            self._release()
+            if place.keep and priority is Priority.REPLY:
+                self._keep()
+            else:
+                self._release()
 
     async def _limit(self) -> int:
         if self.concurrency is None:
@@ -74,6 +90,9 @@ class EndpointGate:
         if self._in_flight < limit and not self._waiting:
             self._in_flight += 1
             return
+        if priority is Priority.REPLY and self._kept:  # a kept place: replies take it first
+            self._kept.pop(next(iter(self._kept))).cancel()
+            return
         entry = (int(priority), next(self._order), asyncio.get_running_loop().create_future())
         heapq.heappush(self._waiting, entry)
         try:
@@ -85,6 +104,20 @@ class EndpointGate:
             else:  # handed a place in the same moment: pass it on
                 self._release()
             raise
+
+    def _keep(self) -> None:
+        """The place stays taken until a reply asks for it, or KEEP_FOR_TURN seconds pass; a
+        reply already waiting gets it at once."""
+        if any(priority == Priority.REPLY for priority, _, _ in self._waiting):
+            self._release()
+            return
+        token = object()
+        loop = asyncio.get_running_loop()
+        self._kept[token] = loop.call_later(KEEP_FOR_TURN, self._lapse, token)
+
+    def _lapse(self, token: object) -> None:
+        if self._kept.pop(token, None) is not None:
+            self._release()
 
     def _release(self) -> None:
         while self._waiting:
@@ -121,8 +154,10 @@ class GatedProvider:
         *,
         max_tokens: int | None = None,
     ) -> ChatResponse:
-        async with self.gate.slot(self.priority):
-            return await self.inner.chat(messages, tools, tool_choice, max_tokens=max_tokens)
+        async with self.gate.slot(self.priority) as place:
+            response = await self.inner.chat(messages, tools, tool_choice, max_tokens=max_tokens)
+            place.keep = bool(response.tool_calls)  # the same answer asks again after its tools
+            return response
 
     async def stream_chat(
         self,
@@ -132,10 +167,12 @@ class GatedProvider:
         on_text: TextSink,
         on_restart: RestartSink | None = None,
     ) -> ChatResponse:
-        async with self.gate.slot(self.priority):
-            return await self.inner.stream_chat(
+        async with self.gate.slot(self.priority) as place:
+            response = await self.inner.stream_chat(
                 messages, tools, on_text=on_text, on_restart=on_restart
             )
+            place.keep = bool(response.tool_calls)
+            return response
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)
