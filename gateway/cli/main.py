@@ -196,7 +196,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # to the service, none of them is imported.
         with collector_paused():
             from gateway.service.app import open_runtime
-        async with open_runtime(config) as runtime:
+        # One message: an MCP server starts only if the model calls one of its tools.
+        async with open_runtime(config, mcp_on_demand=args.message is not None) as runtime:
 
             async def local_owed() -> list[str]:
                 texts = []

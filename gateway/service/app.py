@@ -36,6 +36,7 @@ from gateway.state import (
     token_calibration_path,
 )
 from gateway.tools.jobs import JobTools
+from gateway.tools.mcp_demand import OnDemandServers
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
 from gateway.tools.toolbox import ToolBox
@@ -131,21 +132,28 @@ def make_transcriber(config: Config, settings: TranscriptionConfig) -> OpenAITra
 
 @asynccontextmanager
 async def open_runtime(
-    config: Config, provider: ChatProvider | None = None, clock: Clock | None = None
+    config: Config,
+    provider: ChatProvider | None = None,
+    clock: Clock | None = None,
+    *,
+    mcp_on_demand: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Build the runtime; resources close in reverse order on exit.
 
     An error raised inside the block comes out as itself: the task group that runs the
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
+    `mcp_on_demand` (a one-shot chat) starts each MCP server only when its tools are called
+    (gateway/tools/mcp_demand.py); `Runtime.mcp` is then None.
     """
     with unwrap_group():
-        async with _build_runtime(config, provider, clock or SystemClock()) as runtime:
+        runtime_of = _build_runtime(config, provider, clock or SystemClock(), mcp_on_demand)
+        async with runtime_of as runtime:
             yield runtime
 
 
 @asynccontextmanager
 async def _build_runtime(
-    config: Config, provider: ChatProvider | None, clock: Clock
+    config: Config, provider: ChatProvider | None, clock: Clock, mcp_on_demand: bool
 ) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
         check_apart(config.workspace, config.state_dir, config.source)
@@ -174,7 +182,7 @@ async def _build_runtime(
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*entry) for entry in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
-        mcp = await _start_mcp(config, stack, group)
+        mcp, offered = _start_mcp(config, stack, group, mcp_on_demand)
         try:
             store = await asyncio.to_thread(JobStore, config.state_dir)
         except JobError as exc:
@@ -186,13 +194,13 @@ async def _build_runtime(
             config.state_dir,
             memory,
             memory_tools,
-            mcp.tools_by_scope() if mcp is not None else {},
+            offered.tools_by_scope() if offered is not None else {},
             private_tools=job_tools.tools(),
         )
-        if mcp is not None:
+        if offered is not None:
             # No await since the box was built: a server that connects from now on is seen.
-            watched = mcp
-            mcp.on_change = lambda: tools.offer(watched.tools_by_scope())
+            watched = offered
+            offered.on_change = lambda: tools.offer(watched.tools_by_scope())
         calibration = await asyncio.to_thread(
             TokenCalibration, token_calibration_path(config.state_dir), config.llm.model
         )
@@ -305,22 +313,27 @@ def _gated_providers(
     return chat, summarizer, summary_tools
 
 
-async def _start_mcp(
-    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup
-) -> McpServers | None:
-    """The enabled MCP servers, connecting in the background; None when there are none.
+def _start_mcp(
+    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup, on_demand: bool
+) -> tuple[McpServers | None, McpServers | OnDemandServers | None]:
+    """The enabled MCP servers, connecting in the background (or on demand): the runtime's
+    McpServers, and what offers their tools. None when there are none.
 
     Nothing waits for them: each offers the tools remembered from its last start at once.
 
     The MCP SDK takes longer to import than the rest of the gateway together, so a gateway
-    without servers (and every `memgate chat` on one) never imports it.
+    without servers (and a one-shot chat none of whose servers starts) never imports it.
     """
     servers = config.tools.mcp_servers
     if not any(settings.enabled for settings in servers.values()):
-        return None
+        return None, None
+    if on_demand:
+        demand = OnDemandServers(servers, mcp_tools_path(config.state_dir), group)
+        stack.push_async_callback(demand.stop)  # before the group exits: it waits for its tasks
+        return None, demand
     from gateway.tools.mcp import McpServers
 
     mcp = McpServers(servers, mcp_tools_path(config.state_dir))
     stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
     mcp.launch(group)
-    return mcp
+    return mcp, mcp

@@ -1,12 +1,13 @@
 """Tools from MCP servers: each configured server kept connected, its tools offered as `<server>__<tool>`.
 
-The only module that imports the `mcp` SDK (and the httpx2 and jsonschema it brings). No start
-waits for a server: each connects in the background, and the tools it listed at its last
-successful start with the same config (mcp_cache) are offered at once; a call to one waits for the
-connection up to the server's start_timeout. A server seen for the first time is offered once it
-has connected. A server that fails to start is logged and left out; one that dies mid-session is
-restarted with backoff, and its tools answer "unavailable" meanwhile. Nothing a server does can
-end a turn: every failure becomes a short text for the model.
+With mcp_stdio (a stdio server's process), the only module that imports the `mcp` SDK (and
+the httpx2 and jsonschema it brings). No start waits for a server: each connects in the
+background, and the tools it listed at its last successful start with the same config
+(mcp_cache) are offered at once; a call to one waits for the connection up to the server's
+start_timeout. A server seen for the first time is offered once it has connected. A server that
+fails to start is logged and left out; one that dies mid-session is restarted with backoff, and
+its tools answer "unavailable" meanwhile. Nothing a server does can end a turn: every failure
+becomes a short text for the model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import random
 import re
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from mcp.types import Tool as McpTool
 
 from gateway.config.models import McpServerConfig
 from gateway.errors import describe_errors
-from gateway.tools.mcp_cache import ToolCache
+from gateway.tools.mcp_cache import SEPARATOR, RemoteTool, ToolCache
 from gateway.tools.mcp_stdio import USED_GRACE, StdioTransport
 from gateway.tools.registry import Tool, ToolError, ToolFunc
 
@@ -55,23 +56,7 @@ RESTART_MAX_DELAY = 60.0
 START_GIVE_UP_GRACE = 5.0  # seconds the SDK may take to stop a server that never answered
 MAX_TOOL_PAGES = 20  # a server whose tool list never ends cannot hold the start up forever
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
-SEPARATOR = "__"
-
 STARTING, UP, RESTARTING, FAILED = "starting", "up", "restarting", "failed"
-
-
-@dataclass(frozen=True)
-class RemoteTool:
-    """One tool a server offers, as the model will see it."""
-
-    server: str
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.server}{SEPARATOR}{self.name}"
 
 
 def offered_tools(
@@ -340,8 +325,10 @@ class McpServers:
     server's offered tools may have changed (its first start ended).
     """
 
-    def __init__(self, servers: dict[str, McpServerConfig], cache: Path | None = None) -> None:
-        self._cache = ToolCache(cache) if cache is not None else None
+    def __init__(
+        self, servers: dict[str, McpServerConfig], cache: Path | ToolCache | None = None
+    ) -> None:
+        self._cache = ToolCache(cache) if isinstance(cache, Path) else cache
         self.connections = [
             McpConnection(n, s, self._remembered(n, s)) for n, s in servers.items() if s.enabled
         ]
@@ -366,6 +353,8 @@ class McpServers:
             for entry in remembered:
                 del entry["server"]  # the key already names it
             self._cache.save(connection.name, connection.settings, remembered)
+        elif self._cache is not None:
+            self._cache.save_failure(connection.name, connection.settings, connection.error)
         if self.on_change is not None:
             self.on_change()
 

@@ -2,7 +2,8 @@
 
 Each entry is keyed by the server's name and a hash of its whole config, so a changed command,
 env, URL, header or allow list is never offered the old server's tools. The file holds the hash,
-never the config: env and header values are secrets.
+never the config: env and header values are secrets. A start that failed is remembered too (the
+tools of the last good start kept): a one-shot chat does not start such a server again.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,21 @@ from memory.fileio import atomic_write
 log = logging.getLogger(__name__)
 
 VERSION = 1
+SEPARATOR = "__"
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """One tool a server offers, as the model will see it."""
+
+    server: str
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.server}{SEPARATOR}{self.name}"
 
 
 def config_key(settings: McpServerConfig) -> str:
@@ -59,9 +76,26 @@ class ToolCache:
             return None
         return [t for t in tools if isinstance(t, dict)]
 
+    def failed(self, name: str, settings: McpServerConfig) -> bool:
+        """Whether the last start of `name` with this very config failed."""
+        entry = self._servers.get(name)
+        return entry is not None and entry.get("key") == config_key(settings) and "failed" in entry
+
     def save(self, name: str, settings: McpServerConfig, tools: list[dict[str, Any]]) -> None:
         """Remember what `name` listed; a write that fails costs only the next start's head start."""
         self._servers[name] = {"key": config_key(settings), "tools": tools}
+        self._write()
+
+    def save_failure(self, name: str, settings: McpServerConfig, error: str) -> None:
+        """Remember that `name` failed to start, keeping the tools of its last good start."""
+        self._servers[name] = {
+            "key": config_key(settings),
+            "tools": self.load(name, settings) or [],
+            "failed": error,
+        }
+        self._write()
+
+    def _write(self) -> None:
         text = json.dumps({"version": VERSION, "servers": self._servers}, ensure_ascii=False)
         try:
             atomic_write(self.path, text)
