@@ -19,6 +19,7 @@ import time
 from bench import durability, figures, first_text, report
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
+from bench.mcp_start import HANG_TIMEOUT, mcp_start
 from bench.runner import Bench, both_systems
 from bench.startup import startup
 from bench.venvs import REPO, nanobot_python, package_version, tools_python
@@ -107,6 +108,14 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"fake writes a {first_text.TOKENS}-token reply at {first_text.RATE:.0f} tokens/s, "
         f"streamed or whole. Timed from the fake receiving the request to the reply's first "
         f"word, and to its last, appearing in the output; start-up is figure d. Runs as d.",
+        f"- i: memgate alone. `memgate chat -m` with four MCP servers in its config (three of the "
+        f"test's fake stdio server, one `sleep` that never answers, start_timeout "
+        f"{HANG_TIMEOUT} s) against the same config without them, after one untimed run of each "
+        f"(the one that learns the servers' tools and that the silent one fails, as a first chat "
+        f"does); then `memgate run` (Telegram on the fake Bot API, a message queued before the "
+        f"spawn) with and without a server that never answers (default start_timeout, 20 s), "
+        f"from spawning the console script to `/healthz` answering 200 and to the fake receiving "
+        f"the answer, and from SIGTERM to exit. Runs as d.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
         f"whole bench took {minutes:.1f} minutes.",
@@ -117,14 +126,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
     parser.add_argument(
-        "--only", default="abcdefg", help="figures to run, e.g. a,f (then nothing is written)"
+        "--only", default="abcdefgi", help="figures to run, e.g. a,f (then nothing is written)"
     )
     args = parser.parse_args()
     only = set(args.only.replace(",", ""))
-    unknown = only - set("abcdefg")
+    unknown = only - set("abcdefgi")
     if unknown:
-        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to g)")
-    partial = only != set("abcdefg")
+        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to g, and i)")
+    partial = only != set("abcdefgi")
     writes = not args.quick and not partial
     plan = Plan(1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
     started = time.monotonic()
@@ -172,6 +181,9 @@ def main() -> None:
         if "g" in only:
             print("g. first visible text", flush=True)
             rows += first_text.first_text(bench, systems, plan.startup)
+        if "i" in only:
+            print("i. MCP servers at start", flush=True)
+            rows += mcp_start(bench, systems, plan.startup)
         if not partial:
             data = bench.scratch / "plot.json"
             data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))

@@ -24,6 +24,7 @@ FIGURES = {
     "e": "e. Memory: RSS after start and peak (VmHWM), fresh process per run, Telegram channel loaded",
     "f": "f. Prompt tokens over a 300-turn chat (context window 16,384, max_tokens 2,048)",
     "g": "g. Time to first visible text (400-token reply written at 50 tokens/s)",
+    "i": "i. MCP servers at start (memgate alone)",
 }
 
 
@@ -119,6 +120,19 @@ TARGETS = [
         lambda r: r["f.total"].median("memgate") / r["f.total"].median("nanobot"),
         lambda v: v <= 0.9,
         "{:.2f}×",
+    ),
+    Target(
+        "i: `chat -m` with four MCP servers configured (one hanging) within 1.1× of without",
+        lambda r: r["i.chat.ratio"].median("memgate"),
+        lambda v: v <= 1.1,
+        "{:.2f}×",
+    ),
+    Target(
+        "i: `memgate run` with a hanging MCP server healthy and answering Telegram within 1 s "
+        "of start (the later of the two)",
+        lambda r: max(r["i.run.healthy"].median("memgate"), r["i.run.reply"].median("memgate")),
+        lambda v: v <= 1000,
+        "{:,.0f} ms",
     ),
 ]
 
