@@ -7,8 +7,9 @@ prompt within memgate's count can be over the server's context. The gateway tell
 the server reported about prompts memgate counted (usage, its /tokenize, the count a context-length
 refusal names); the prompt budget (memory/budget.py) divides its limit by the ratio learnt.
 
-The ratio is never below 1.0 (memgate's count is the floor) nor above MAX_RATIO; usage moves it
-a part of the way each time (one odd prompt does not swing it), a refusal sets it at once.
+The ratio is never below 1.0 (memgate's count is the floor) nor above MAX_RATIO; the first reading
+sets it, each later usage reading moves it part of the way (one odd prompt does not swing it),
+and a refusal sets it at once. The room a refusal names is held for the process only.
 """
 
 from __future__ import annotations
