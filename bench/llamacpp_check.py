@@ -2,8 +2,9 @@
 
 `python -m bench.llamacpp_check --base-url http://127.0.0.1:8765/v1` drives memgate's own runtime
 in this process (the agent, the session files, consolidation), each check on a fresh workspace in
-a temporary folder, and prints one line per check: chat, streaming, a forced save_memory
-consolidation, a context overflow (the chat must answer its next message) and two chats at once.
+a temporary folder, and prints one line per check: chat, streaming, a stream that another
+client's request cuts off (the server's default), a forced save_memory consolidation, a context
+overflow (the chat must answer its next message) and two chats at once.
 It checks outcomes only (an answer given, stored once, shown whole), not the quality of a small
 model's words. Exit status: 0 when every check passes, 1 when one fails, 2 when the server cannot
 be reached.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -44,14 +46,27 @@ class Shown:
         self.pieces = 0
         self.restarts = 0
         self.text = ""
+        self.began = asyncio.Event()
 
     async def write(self, text: str) -> None:
         self.pieces += 1
         self.text += text
+        self.began.set()
 
     async def status(self, note: str) -> None:
         self.restarts += note == RESTART_NOTE
         self.text = ""
+
+
+class Breaks(logging.Handler):
+    """Counts the streams the provider found broken off (and asked again) during a check."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("stream broke off")
 
 
 def models(base_url: str) -> list[str]:
@@ -105,6 +120,48 @@ async def check_streaming(runtime: Runtime) -> str:
     return f"{shown.pieces} pieces, {shown.restarts} restarts, shown whole and stored once"
 
 
+def other_client(base_url: str, model: str) -> None:
+    """One short completion from another client: llama-cpp-python's server ends the stream it
+    is writing when a request arrives (`interrupt_requests`, on by default)."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    request = urllib.request.Request(
+        f"{base_url.rstrip('/')}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=300) as answer:
+        answer.read()
+
+
+async def check_cut_stream(runtime: Runtime) -> str:
+    shown, breaks = Shown(), Breaks()
+    ask = message("Write a long story about a lighthouse keeper.")
+    turn = asyncio.ensure_future(runtime.agent.handle(ask, shown))
+    logging.getLogger("gateway.llm.provider").addHandler(breaks)
+    try:
+        async with asyncio.timeout(300):
+            await shown.began.wait()
+        if turn.done():
+            raise CheckFailed("the answer was over before another request could be sent")
+        llm = runtime.config.llm
+        await asyncio.to_thread(other_client, llm.base_url, llm.model)
+        reply = answered(await turn, "streamed reply")
+    finally:
+        turn.cancel()
+        logging.getLogger("gateway.llm.provider").removeHandler(breaks)
+    if not breaks.count:
+        raise CheckFailed(
+            "another request came while the answer streamed, and no broken stream was seen: "
+            f"a cut answer ({len(reply.text)} characters) was taken as whole "
+            "(unless the server runs with --interrupt_requests False)"
+        )
+    if shown.text.strip() != reply.text:
+        raise CheckFailed(f"shown {shown.text[:80]!r}… is not the answer {reply.text[:80]!r}…")
+    if stored_answers(runtime) != [reply.text]:
+        raise CheckFailed(f"the session holds {stored_answers(runtime)!r}")
+    return f"{shown.restarts} restarts, shown whole and stored once ({len(reply.text)} characters)"
+
+
 async def check_consolidation(runtime: Runtime) -> str:
     facts = ("My name is Ada.", "I live in Lyon.", "I like green tea.")
     for fact in facts:
@@ -150,6 +207,7 @@ async def check_two_chats(runtime: Runtime) -> str:
 CHECKS: dict[str, tuple[Check, dict[str, Any]]] = {
     "chat": (check_chat, {}),
     "streaming": (check_streaming, {}),
+    "stream cut by another client": (check_cut_stream, {}),
     "save_memory": (check_consolidation, {"memory": {"window": 6}}),
     "context overflow": (check_overflow, {}),
     "two chats at once": (check_two_chats, {}),
@@ -178,19 +236,27 @@ def config_for(root: Path, base_url: str, model: str, context: int, extra: dict[
 async def run_check(name: str, base_url: str, model: str, context: int) -> bool:
     check, extra = CHECKS[name]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="memgate-llamacpp-") as folder:
-        config = config_for(Path(folder), base_url, model, context, extra)
-        try:
+    breaks = Breaks()
+    provider_log = logging.getLogger("gateway.llm.provider")
+    provider_log.addHandler(breaks)
+    try:
+        with tempfile.TemporaryDirectory(prefix="memgate-llamacpp-") as folder:
+            config = config_for(Path(folder), base_url, model, context, extra)
             async with open_runtime(config) as runtime:
                 detail = await check(runtime)
-        except CheckFailed as exc:
-            print(f"FAIL  {name}: {exc} ({time.monotonic() - started:.0f}s)", flush=True)
-            return False
-        except Exception as exc:  # a crash of memgate is this check's failure, not the script's
-            print(f"FAIL  {name}: {type(exc).__name__}: {exc}", flush=True)
-            return False
-    print(f"PASS  {name}: {detail} ({time.monotonic() - started:.0f}s)", flush=True)
-    return True
+        verdict = "PASS"
+    except CheckFailed as exc:
+        verdict, detail = "FAIL", str(exc)
+    except Exception as exc:  # a crash of memgate is this check's failure, not the script's
+        verdict, detail = "FAIL", f"{type(exc).__name__}: {exc}"
+    finally:
+        provider_log.removeHandler(breaks)
+    seconds = time.monotonic() - started
+    print(
+        f"{verdict}  {name}: {detail}; {breaks.count} streams broken off ({seconds:.0f}s)",
+        flush=True,
+    )
+    return verdict == "PASS"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-window", type=int, default=CONTEXT, help="the server's n_ctx")
     parser.add_argument("--only", action="append", choices=list(CHECKS), help="run this check")
     args = parser.parse_args(argv)
+    # memgate's own warnings (a retried stream, a failed consolidation) under the check's line.
+    logging.basicConfig(level=logging.WARNING, format="      log: %(name)s: %(message)s")
     try:
         listed = models(args.base_url)
     except (urllib.error.URLError, OSError, ValueError) as exc:
