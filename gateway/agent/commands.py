@@ -63,6 +63,20 @@ COMMANDS: tuple[CommandSpec, ...] = (
         "this chat's scheduled jobs; /jobs cancel ID removes one",
         _EVERYWHERE,
     ),
+    CommandSpec(
+        "approve",
+        "Run a command I asked about",
+        "run the command I asked to run (the owner, in the chat it was asked in)",
+        frozenset({"help"}),
+        usage="ID",
+    ),
+    CommandSpec(
+        "deny",
+        "Refuse a command I asked about",
+        "refuse the command I asked to run",
+        frozenset({"help"}),
+        usage="ID",
+    ),
     CommandSpec("help", "What I can do", "this list", _EVERYWHERE),
     CommandSpec(
         "pair",

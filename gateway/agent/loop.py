@@ -262,6 +262,12 @@ class AgentLoop:
             session = await self.sessions.get(key)
             memory_md = self.memory.memory_md if with_memory else None
             return await chat_status(session, self.counter, self.config.llm, memory_md, self.budget)
+        if name in ("approve", "deny"):  # answered here, outside the lock the asking turn holds
+            if self.tools.approvals is None:
+                return "Nothing here asks for approval (exec is off)."
+            return self.tools.approvals.answer(
+                name == "approve", command_args(message.text), message
+            )
         if name == "jobs":
             if self.jobs_command is None:
                 return "Scheduled jobs are not available here."

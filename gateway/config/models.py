@@ -405,9 +405,45 @@ class McpServerConfig(_Section):
         return self
 
 
+class ExecLimitsConfig(_Section):
+    """What one command may use; past a limit the kernel stops it."""
+
+    cpu_seconds: int = Field(60, gt=0, le=86400)
+    """CPU seconds per process."""
+    memory_mb: int = Field(1024, ge=64)
+    """Address space per process, in MB."""
+    processes: int = Field(64, ge=4, le=4096)
+    """Processes (and threads) the command may have at once (a fork bomb stops here)."""
+    output_chars: int = Field(16_000, ge=1000, le=200_000)
+    """Characters of stdout and of stderr kept for the model; past it the command is stopped."""
+
+
+class ExecConfig(_Section):
+    """`exec`: shell commands for the owner (their DMs and the terminal only, never a group or a guest)."""
+
+    enabled: bool = False
+    """true: offer the `exec` tool to the owner's chats."""
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    """bwrap: each command in bubblewrap, seeing the workspace and the system read-only; none: run without it (logged as a warning; the command reaches all memgate's user can)."""
+    network: bool = False
+    """true: commands may use the network; false: they have none (not even loopback)."""
+    timeout: float = Field(60, gt=0, le=3600)
+    """Seconds a command may run (the model may ask for less); then its whole process tree is killed."""
+    limits: ExecLimitsConfig = ExecLimitsConfig()
+    """CPU, memory, processes and output of each command."""
+    approve: Literal["always", "unlisted", "never"] = "unlisted"
+    """always: the owner approves every command in the chat; unlisted: all but those matching allow; never: none is asked."""
+    allow: list[str] = []
+    """Commands that run without asking, as shell patterns (`ls *`, `df -h`); one holding ; & | ` $ < > or a newline always asks."""
+    approve_timeout: float = Field(300, gt=0, le=86400)
+    """Seconds the owner has to answer /approve or /deny; then the command is refused."""
+
+
 class ToolsConfig(_Section):
     mcp_servers: dict[str, McpServerConfig] = {}
     """MCP servers whose tools the model may call, by name; each tool is offered as `<name>__<tool>`."""
+    exec: ExecConfig = ExecConfig()
+    """Shell commands for the owner, in a sandbox, with approval."""
 
     @field_validator("mcp_servers")
     @classmethod

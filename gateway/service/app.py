@@ -35,6 +35,7 @@ from gateway.state import (
     move_workspace_state,
     token_calibration_path,
 )
+from gateway.tools.exec import owner_tools
 from gateway.tools.jobs import JobTools
 from gateway.tools.mcp_demand import OnDemandServers
 from gateway.tools.registry import Tool
@@ -196,6 +197,7 @@ async def _build_runtime(
             memory_tools,
             offered.tools_by_scope() if offered is not None else {},
             private_tools=job_tools.tools(),
+            **owner_tools(config),
         )
         if offered is not None:
             # No await since the box was built: a server that connects from now on is seen.

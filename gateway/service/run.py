@@ -237,6 +237,8 @@ async def _supervise(
             await asyncio.Event().wait()
 
     deliver = chat_sender(channels)
+    if (approvals := runtime.agent.tools.approvals) is not None:
+        approvals.notify = deliver  # exec's questions to the owner go out as any message does
     automation = config.automation
     async with asyncio.TaskGroup() as group:
         tasks = [

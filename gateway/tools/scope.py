@@ -43,6 +43,9 @@ class Scope:
     writes: tuple[str, ...]
     read_only: tuple[str, ...] = ()
     memory: bool = False
+    # The owner's own chat (their DM, the terminal): only there are owner-only tools (exec)
+    # offered. A guest's DM or a group given the private scope by `shared` is not one.
+    owner: bool = False
 
     def __post_init__(self) -> None:
         for root in (*self.reads, *self.writes, *self.read_only):
@@ -61,15 +64,17 @@ class Scope:
 
 
 @functools.cache
-def private_scope() -> Scope:
+def private_scope(owner: bool = True) -> Scope:
     """The owner's scope: the whole workspace; conversations (and kept versions) are read-only.
-    One object, made once (a scope is frozen), as every owner's turn asks for it."""
+    One object, made once (a scope is frozen), as every owner's turn asks for it; `owner` False
+    for the chats `shared` lets in, which get the same roots but never the owner-only tools."""
     return Scope(
         PRIVATE,
         reads=(WHOLE_WORKSPACE,),
         writes=(WHOLE_WORKSPACE,),
         read_only=("sessions", "memory/versions"),
         memory=True,
+        owner=owner,
     )
 
 
@@ -89,10 +94,10 @@ def scope_for(message: InboundMessage, groups: str, guests: str = "private") -> 
     `memory.guests: shared`. A guest in a group never gets more than the group scope."""
     if not message.sender_is_owner:
         if not message.is_group and guests == "shared":
-            return private_scope()
+            return private_scope(owner=False)
         return group_scope(message)
-    if message.is_group and groups != "shared":
-        return group_scope(message)
+    if message.is_group:
+        return private_scope(owner=False) if groups == "shared" else group_scope(message)
     return private_scope()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from gateway.tools.approvals import Approvals
 from gateway.tools.files import WorkspaceFiles
 from gateway.tools.registry import Tool, ToolRegistry
 from gateway.tools.scope import PRIVATE, Scope, ScopeGuard
@@ -24,6 +25,8 @@ class ToolBox:
         memory_tools: list[Tool],
         by_scope: Mapping[str, list[Tool]] | None = None,
         private_tools: list[Tool] | None = None,
+        owner_tools: list[Tool] | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
@@ -32,6 +35,11 @@ class ToolBox:
         self.by_scope = dict(by_scope or {})
         # Offered to the private scope only (scheduling): a group never sees them.
         self.private_tools = private_tools if private_tools is not None else []
+        # Offered in the owner's own chats only (exec): never a group's or a guest's, whatever
+        # `shared` says, as their scope is never an owner's.
+        self.owner_tools = owner_tools if owner_tools is not None else []
+        # The owner's answers to what those tools ask (/approve, /deny), when one can ask.
+        self.approvals = approvals
         self._built: dict[Scope, ToolRegistry] = {}
 
     def offer(self, by_scope: Mapping[str, list[Tool]]) -> None:
@@ -53,6 +61,9 @@ class ToolBox:
                 registry.add(tool)
             if scope.name == PRIVATE:
                 for tool in self.private_tools:
+                    registry.add(tool)
+            if scope.name == PRIVATE and scope.owner:
+                for tool in self.owner_tools:
                     registry.add(tool)
             if len(self._built) > 256:  # one per group chat seen; a bound, not a cache policy
                 self._built.clear()
