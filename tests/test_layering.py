@@ -65,9 +65,10 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "yaml": "gateway/config/file.py",
     "PIL": "gateway/media/images.py",
     "pypdf": "gateway/media/documents.py",
-    "mcp": ("gateway/tools/mcp.py", "gateway/tools/mcp_stdio.py"),
+    # mcp.py names the SDK's types for mypy only: the SDK itself loads with mcp_client.
+    "mcp": ("gateway/tools/mcp.py", "gateway/tools/mcp_client.py", "gateway/tools/mcp_stdio.py"),
     # The transport under both the openai and the mcp SDK: their owners name its errors.
-    "httpx2": ("gateway/tools/mcp.py", "gateway/llm/provider.py"),
+    "httpx2": ("gateway/tools/mcp_client.py", "gateway/llm/provider.py"),
     "jsonschema": "gateway/tools/mcp.py",
     "ruamel": "gateway/config/file.py",
     "argcomplete": "gateway/cli/completion.py",

@@ -1,8 +1,8 @@
 """Tools from MCP servers: each configured server kept connected, its tools offered as `<server>__<tool>`.
 
-With mcp_stdio (a stdio server's process), the only module that imports the `mcp` SDK (and
-the httpx2 and jsonschema it brings). No start waits for a server: each connects in the
-background, and the tools it listed at its last successful start with the same config
+The SDK's side of a connection is mcp_client's (and mcp_stdio's), imported in a worker thread
+when the first server starts: nothing on the way to the first reply loads the SDK. No start
+waits for a server: each connects in the background, and the tools it listed at its last successful start with the same config
 (mcp_cache) are offered at once; a call to one waits for the connection up to the server's
 start_timeout. A server seen for the first time is offered once it has connected. A server that
 fails to start is logged and left out; one that dies mid-session is restarted with backoff, and
@@ -13,7 +13,7 @@ becomes a short text for the model.
 from __future__ import annotations
 
 import asyncio
-import json
+import importlib
 import logging
 import random
 import re
@@ -21,40 +21,27 @@ from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import best_match
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import (
-    CONNECTION_CLOSED,
-    AudioContent,
-    CallToolResult,
-    ContentBlock,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-)
-from mcp.types import Tool as McpTool
 
 from gateway.config.models import McpServerConfig
 from gateway.errors import describe_errors
 from gateway.tools.mcp_cache import SEPARATOR, RemoteTool, ToolCache
-from gateway.tools.mcp_stdio import USED_GRACE, StdioTransport
 from gateway.tools.registry import Tool, ToolError, ToolFunc
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import Tool as McpTool
+
+    from gateway.tools.mcp_stdio import StdioTransport
 
 log = logging.getLogger(__name__)
 
-# What the model sees of one result, marker included: no more than a session keeps of any result.
-MAX_RESULT_CHARS = 16_000
 RESTART_FIRST_DELAY = 0.5  # seconds before the first restart of a server that died
 RESTART_MAX_DELAY = 60.0
 START_GIVE_UP_GRACE = 5.0  # seconds the SDK may take to stop a server that never answered
-MAX_TOOL_PAGES = 20  # a server whose tool list never ends cannot hold the start up forever
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-compatible APIs accept
 STARTING, UP, RESTARTING, FAILED = "starting", "up", "restarting", "failed"
 
@@ -97,38 +84,6 @@ def offered_tools(
     return offered
 
 
-def render_result(result: CallToolResult, qualified: str) -> str:
-    """A tool result as text: text blocks as they are, other content named, capped."""
-    parts = [_render_block(block) for block in result.content]
-    text = "\n".join(part for part in parts if part)
-    if not text and result.structured_content is not None:
-        text = json.dumps(result.structured_content, ensure_ascii=False)
-    if result.is_error:
-        text = f"Error: {qualified} reported a failure: {text or '(no details)'}"
-    if len(text) > MAX_RESULT_CHARS:
-        keep = MAX_RESULT_CHARS - 80  # room for the marker
-        marker = f"\n[... {len(text) - keep} of {len(text)} characters cut: results are capped]"
-        text = text[:keep] + marker
-    return text or "(the tool returned nothing)"
-
-
-def _render_block(block: ContentBlock) -> str:
-    if isinstance(block, TextContent):
-        return block.text
-    if isinstance(block, ImageContent):
-        return f"[image content ({block.mime_type}) not shown]"
-    if isinstance(block, AudioContent):
-        return f"[audio content ({block.mime_type}) not shown]"
-    if isinstance(block, ResourceLink):
-        return f"[resource link: {block.uri}]"
-    if isinstance(block, EmbeddedResource):
-        if isinstance(block.resource, TextResourceContents):
-            return block.resource.text
-        kind = block.resource.mime_type or "binary"
-        return f"[embedded resource {block.resource.uri} ({kind}) not shown]"
-    return f"[{getattr(block, 'type', 'unknown')} content not shown]"
-
-
 class McpConnection:
     """One configured server, kept connected by `run()` until it is cancelled.
 
@@ -157,14 +112,19 @@ class McpConnection:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
         """Start the server, then restart it with backoff whenever it dies; ends by cancellation."""
+        # The SDK's import, seconds on a busy machine, in a worker thread: the event loop answers
+        # meanwhile. Then `mcp_client` is only a lookup in sys.modules.
+        await asyncio.to_thread(importlib.import_module, "gateway.tools.mcp_client")
+        from gateway.tools import mcp_client
+
         delay = RESTART_FIRST_DELAY
         while True:
             self._broken.clear()
             try:
                 async with AsyncExitStack() as stack:
                     async with asyncio.timeout(self.settings.start_timeout):
-                        client = await stack.enter_async_context(await self._connect(stack))
-                        listed = await self._list_tools(client)
+                        client, self._stdio = await mcp_client.connect(self.settings, stack)
+                        listed = await mcp_client.list_tools(client)
                     if not self._started.is_set():
                         self.tools = offered_tools(self.name, listed, self.settings.allow)
                         self._validators = {
@@ -221,33 +181,6 @@ class McpConnection:
         async with self._changed:
             await self._changed.wait_for(lambda: self.state == state)
 
-    async def _connect(self, stack: AsyncExitStack) -> Client:
-        settings = self.settings
-        if settings.url is not None:
-            # The transport leaves a client it was given open: the stack closes it, last.
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=settings.headers,
-                    timeout=httpx2.Timeout(30.0, read=max(300.0, settings.timeout)),
-                )
-            )
-            return Client(streamable_http_client(settings.url, http_client=http))
-        assert settings.command is not None  # the config allows one of command or url
-        self._stdio = StdioTransport(settings.command, settings.args, settings.env, settings.cwd)
-        return Client(self._stdio.open())
-
-    @staticmethod
-    async def _list_tools(client: Client) -> list[McpTool]:
-        listed: list[McpTool] = []
-        cursor: str | None = None
-        for _ in range(MAX_TOOL_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            listed.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return listed
-
     # -- calls ---------------------------------------------------------------------------------------
     async def call(self, tool: RemoteTool, arguments: dict[str, Any]) -> str:
         """Call one tool; timeouts, a dead server and protocol errors become ToolError.
@@ -273,10 +206,12 @@ class McpConnection:
         if client is None or self.state != UP:
             raise ToolError(self._unavailable())
         if self._stdio is not None:  # it has worked for us: it may have something to finish
-            self._stdio.grace = USED_GRACE
+            self._stdio.used()
+        from gateway.tools import mcp_client  # loaded by `run()` before `_client` was set
+
         try:
             async with asyncio.timeout(self.settings.timeout):
-                result = await client.call_tool(tool.name, arguments)
+                return await mcp_client.call_tool(client, tool.name, arguments, tool.qualified)
         except TimeoutError:
             log.warning(
                 "mcp tool timed out tool=%s timeout=%gs", tool.qualified, self.settings.timeout
@@ -284,16 +219,14 @@ class McpConnection:
             raise ToolError(
                 f"{tool.qualified} timed out after {self.settings.timeout:g} s"
             ) from None
-        except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:
-                log.info("mcp tool refused tool=%s error=%s", tool.qualified, exc.message[:200])
-                raise ToolError(f"{tool.qualified}: {exc.message[:500]}") from None
-            self._lost("the connection closed")
+        except ToolError:
+            raise  # the server refused the call and said why
+        except ConnectionError as exc:  # its connection closed under the call
+            self._lost(str(exc))
             raise ToolError(self._unavailable()) from None
         except Exception as exc:  # a transport failure: the server is gone or unreachable
             self._lost(describe_errors(exc))
             raise ToolError(self._unavailable()) from None
-        return render_result(result, tool.qualified)
 
     def _lost(self, reason: str) -> None:
         """Called by the call that found the server gone: `run()` restarts it."""
