@@ -145,17 +145,28 @@ class Session:
         )
 
 
+# Messages the cache of recent sessions holds over all of them: each busy chat loads its last
+# KEEP_RECENT at least, so a count of sessions alone let a year of busy chats hold 50 MB.
+CACHE_MESSAGES = 20_000
+
+
 class SessionStore:
     """Loads, caches and appends to sessions under `WORKSPACE/sessions/`."""
 
     def __init__(
-        self, root: Path, tz: tzinfo, cache_size: int = 256, keep_recent: int = KEEP_RECENT
+        self,
+        root: Path,
+        tz: tzinfo,
+        cache_size: int = 256,
+        keep_recent: int = KEEP_RECENT,
+        cache_messages: int = CACHE_MESSAGES,
     ) -> None:
         self.root = root
         self.keep_recent = keep_recent  # messages loaded before the end, whatever the pointer
         self.archive = root / "archive"
         self.tz = tz
         self.cache_size = cache_size
+        self.cache_messages = cache_messages
         self._recent: OrderedDict[str, Session] = OrderedDict()
         # Sessions still referenced elsewhere (a running turn or job) stay findable after eviction.
         self._live: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
@@ -195,10 +206,16 @@ class SessionStore:
         return session
 
     def _remember(self, session: Session) -> None:
+        """Keep `session` as the most recent; drop the least recent past either bound (one
+        session alone stays, however long)."""
         self._recent[session.key] = session
         self._recent.move_to_end(session.key)
-        while len(self._recent) > self.cache_size:
-            self._recent.popitem(last=False)
+        held = sum(len(s.messages.loaded) for s in self._recent.values())
+        while len(self._recent) > 1 and (
+            len(self._recent) > self.cache_size or held > self.cache_messages
+        ):
+            _, dropped = self._recent.popitem(last=False)
+            held -= len(dropped.messages.loaded)
 
     def cached(self) -> Iterator[Session]:
         return iter(list(self._recent.values()))
