@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-from bench import durability, figures, first_text, report
+from bench import busy_data, durability, figures, first_text, report
+from bench.busy_year import QUERIES, TALKING_CHATS, busy_year
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
 from bench.mcp_start import HANG_TIMEOUT, mcp_start
@@ -108,6 +109,20 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"fake writes a {first_text.TOKENS}-token reply at {first_text.RATE:.0f} tokens/s, "
         f"streamed or whole. Timed from the fake receiving the request to the reply's first "
         f"word, and to its last, appearing in the output; start-up is figure d. Runs as d.",
+        f"- h: memgate alone, on a year of a busy bot written by the bench in its scratch folder "
+        f"(bench/busy_data.py): {busy_data.CHATS:,} session files holding "
+        f"{busy_data.MESSAGES:,} messages (sizes falling as 1/rank, none under 4; one in "
+        f"{busy_data.ARCHIVED_EVERY} a conversation /new archived), consolidated as a running bot "
+        f"leaves them (a marker every {busy_data.CONSOLIDATE_EVERY} messages past the window), "
+        f"with each file's session index and the search index built by memgate's own code, a "
+        f"HISTORY.md of {busy_data.HISTORY_ENTRIES:,} entries and a MEMORY.md of about 3,400 "
+        f"tokens. The real `memgate run` (Telegram on the fake Bot API in a process of its own) "
+        f"with a message queued in the biggest chat before the spawn, then one message in each of "
+        f"{TALKING_CHATS:,} other chats (their turns consolidate what passes the window); the same "
+        f"on an empty workspace. Search: `MemorySearch.search` in a fresh process, {QUERIES} "
+        f"queries (rare, common and two words, prefixes, Chinese), each refreshing the index "
+        f"first as the agent's tool does; consolidation: the biggest chat's pending messages, as "
+        f"`memgate memory consolidate KEY` runs it.",
         f"- i: memgate alone. `memgate chat -m` with four MCP servers in its config (three of the "
         f"test's fake stdio server, one `sleep` that never answers, start_timeout "
         f"{HANG_TIMEOUT} s) against the same config without them, after one untimed run of each "
@@ -117,7 +132,8 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"from spawning the console script to `/healthz` answering 200 and to the fake receiving "
         f"the answer, and from SIGTERM to exit. Runs as d.",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
-        f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts} per system; the "
+        f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts}, h {plan.year} "
+        f"per system; the "
         f"whole bench took {minutes:.1f} minutes.",
     ]
 
@@ -126,16 +142,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
     parser.add_argument(
-        "--only", default="abcdefgi", help="figures to run, e.g. a,f (then nothing is written)"
+        "--only", default="abcdefghi", help="figures to run, e.g. a,f (then nothing is written)"
     )
     args = parser.parse_args()
     only = set(args.only.replace(",", ""))
-    unknown = only - set("abcdefgi")
+    unknown = only - set("abcdefghi")
     if unknown:
-        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to g, and i)")
-    partial = only != set("abcdefgi")
+        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to i)")
+    partial = only != set("abcdefghi")
     writes = not args.quick and not partial
-    plan = Plan(1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
+    plan = Plan(1, 1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     nanobot_py = nanobot_python()
@@ -181,6 +197,9 @@ def main() -> None:
         if "g" in only:
             print("g. first visible text", flush=True)
             rows += first_text.first_text(bench, systems, plan.startup)
+        if "h" in only:
+            print("h. a year of a busy bot", flush=True)
+            rows += busy_year(bench, plan.year)
         if "i" in only:
             print("i. MCP servers at start", flush=True)
             rows += mcp_start(bench, systems, plan.startup)

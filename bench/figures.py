@@ -45,6 +45,7 @@ class Plan:
     rss_small: int = 3
     rss_large: int = 2
     prompts: int = 2
+    year: int = 2  # h, memgate alone
 
 
 def repeat(
@@ -215,7 +216,16 @@ def rss(bench: Bench, systems: list[System], plan: Plan) -> list[Row]:
     """e. Memory of a fresh process that has imported what its gateway command imports, with
     the Telegram channel: resident after start (before any turn), and its peak (VmHWM) once N
     chats have each had one turn."""
-    rows = []
+    both = {"sessions": 0, "channels": ["telegram", "discord"]}
+    rows = [
+        row_maker("e", repeat(bench, systems, plan.rss_small, "rss", both))(
+            "e.start.channels",
+            "RSS after start, Telegram and Discord channels loaded (what `memgate run` with both "
+            "costs)",
+            "MB",
+            lambda r: r["startup_mb"],
+        )
+    ]
     for n, runs in zip(RSS_SESSIONS, (plan.rss_small, plan.rss_large), strict=True):
         row = row_maker("e", repeat(bench, systems, runs, "rss", {"sessions": n}))
         if n == RSS_SESSIONS[0]:

@@ -124,13 +124,19 @@ async def rss(run: Run) -> dict[str, Any]:
     """Figure e: this process's memory after start and at its peak after N chats had one turn.
 
     The process first imports what `memgate run` with Telegram enabled imports: the CLI, the
-    service and the Telegram channel with python-telegram-bot (discord.py only comes with
-    Discord enabled).
+    service and the Telegram channel with python-telegram-bot; with `channels` naming Discord
+    too, its channel with discord.py (which only comes with Discord enabled). With no sessions,
+    the start alone.
     """
-    for module in ("gateway.cli.main", "gateway.service.run", "channels.telegram.channel"):
+    modules = ["gateway.cli.main", "gateway.service.run", "channels.telegram.channel"]
+    if "discord" in run.params.get("channels", ["telegram"]):
+        modules.append("channels.discord.channel")
+    for module in modules:
         importlib.import_module(module)
     async with memgate(run, "e") as (_, ask):
         started_mb = rss_mb()
+        if not run.params["sessions"]:
+            return {"startup_mb": started_mb}
         await workloads.warm_up(ask)
         wall = await workloads.one_turn_each(ask, run.params["sessions"])
         return {

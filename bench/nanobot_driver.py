@@ -182,12 +182,18 @@ async def rss(run: Run) -> dict[str, Any]:
     """Figure e: this process's memory after start and at its peak after N chats had one turn.
 
     The process first imports what `nanobot gateway` with its Telegram channel needs (its CLI
-    module is imported above; its Telegram channel brings python-telegram-bot).
+    module is imported above; its Telegram channel brings python-telegram-bot), and its Discord
+    channel when `channels` names it. With no sessions, the start alone.
     """
-    for module in ("nanobot.channels.manager", "nanobot.channels.telegram"):
+    modules = ["nanobot.channels.manager", "nanobot.channels.telegram"]
+    if "discord" in run.params.get("channels", ["telegram"]):
+        modules.append("nanobot.channels.discord")
+    for module in modules:
         importlib.import_module(module)
     async with nanobot(run, "e") as (_, ask):
         started_mb = rss_mb()
+        if not run.params["sessions"]:
+            return {"startup_mb": started_mb}
         await workloads.warm_up(ask)
         wall = await workloads.one_turn_each(ask, run.params["sessions"])
         return {

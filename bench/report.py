@@ -24,6 +24,7 @@ FIGURES = {
     "e": "e. Memory: RSS after start and peak (VmHWM), fresh process per run, Telegram channel loaded",
     "f": "f. Prompt tokens over a 300-turn chat (context window 16,384, max_tokens 2,048)",
     "g": "g. Time to first visible text (400-token reply written at 50 tokens/s)",
+    "h": "h. A year of a busy bot: 10,000 chats, 1,000,000 stored messages (memgate alone)",
     "i": "i. MCP servers at start (memgate alone)",
 }
 
@@ -120,6 +121,24 @@ TARGETS = [
         lambda r: r["f.total"].median("memgate") / r["f.total"].median("nanobot"),
         lambda v: v <= 0.9,
         "{:.2f}×",
+    ),
+    Target(
+        "h: `memgate run` on a year's workspace: start to first reply ≤ 1 s",
+        lambda r: r["h.first"].median("memgate"),
+        lambda v: v <= 1000,
+        "{:,.0f} ms",
+    ),
+    Target(
+        "h: memory search p99 over the year ≤ 100 ms",
+        lambda r: r["h.search.p99"].median("memgate"),
+        lambda v: v <= 100,
+        "{:,.1f} ms",
+    ),
+    Target(
+        "h: peak RSS after 1,000 chats talked on the year's workspace ≤ 150 MB",
+        lambda r: r["h.peak"].median("memgate"),
+        lambda v: v <= 150,
+        "{:.1f} MB",
     ),
     Target(
         "i: `chat -m` with four MCP servers configured (one hanging) within 1.1× of without",

@@ -547,7 +547,12 @@ def control_routes(fake: FakeTelegram) -> list[web.RouteDef]:
 
     async def send(request: web.Request) -> web.Response:
         user = int(request.query.get("user_id", "42"))
-        update_id = fake.message(request.query["text"], chat_id=user, user_id=user)
+        # A caller that restarts this fake on the same workspace numbers its messages itself:
+        # memgate skips a message id its session already holds, as a replay.
+        extra: dict[str, Any] = {}
+        if "message_id" in request.query:
+            extra["message_id"] = int(request.query["message_id"])
+        update_id = fake.message(request.query["text"], chat_id=user, user_id=user, **extra)
         return web.json_response({"update_id": update_id})
 
     async def sent(request: web.Request) -> web.Response:
