@@ -16,6 +16,7 @@ import asyncio
 import json
 import random
 import re
+import time
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -202,6 +203,7 @@ async def crash_run(
                 number += 1
             await asyncio.sleep(rng.uniform(0.01, 0.12))
 
+    killed_at: list[float] = []  # the fakes' clock, for group-calls.json
     killer = random.Random(seed)
     driver = asyncio.create_task(drive(random.Random(seed + 1)))
     try:
@@ -215,6 +217,7 @@ async def crash_run(
                 await gateway.wait_ready()
                 await asyncio.sleep(killer.uniform(0.1, 2.0))
             await gateway.kill()
+            killed_at.append(time.monotonic())
             report.kills += 1
             check_memory(gateway.workspace, model, report, f"after kill {cycle}")
             if killer.random() < 0.5:
@@ -255,6 +258,14 @@ async def crash_run(
     say(f"crash run: {report.summary()}")
     if report.group_twice:
         say(f"  answered twice in groups: {report.group_twice[:20]}")
+    if grouped:  # for inspection: what the groups' calls did to which message, in order
+        calls = [
+            {"method": c.method, "at": c.at, "status": c.status, **c.params}
+            for c in telegram.calls
+            if -c.params.get("chat_id", 0) in grouped and c.method != "sendChatAction"
+        ]
+        inspection = {"killed_at": killed_at, "calls": calls}
+        (root / "group-calls.json").write_text(json.dumps(inspection, indent=1, default=str))
     for problem in report.problems[:20]:
         say(f"  problem: {problem}")
     return report
