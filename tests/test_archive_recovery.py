@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.cli.status import describe
 from tests.conftest import RuntimeFactory, inbound, turns
 from tests.fakes.llm import FakeLLM
 
@@ -58,3 +59,23 @@ async def test_a_reply_does_not_wait_for_the_archive_to_be_looked_at(
     finally:
         _release(fifo)
     assert len(fake_llm.chat_requests()) == 1
+
+
+async def test_status_reads_a_finished_archive_from_its_end(
+    make_runtime: RuntimeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`memgate status` counts archives awaiting consolidation without reading finished ones whole."""
+    async with make_runtime() as runtime:
+        await turns(runtime, 3)
+        await runtime.agent.handle(inbound("/new"))
+        await runtime.consolidator.wait_idle()
+        [path] = runtime.sessions.archived_paths()
+        config = runtime.config
+    assert "0 archived session(s) awaiting" in describe(config)  # the first look
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = b"x" * (len(lines[2]) - 1) + b"\n"
+    path.write_bytes(b"".join(lines))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memory.sessions.file"):
+        assert "0 archived session(s) awaiting" in describe(config)
+    assert [r.getMessage() for r in caplog.records if "corrupt" in r.getMessage()] == []

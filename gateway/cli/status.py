@@ -13,7 +13,6 @@ from gateway.state import token_calibration_path
 from memory.calibration import TokenCalibration
 from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
-from memory.sessions.file import parse_session_bytes
 from memory.sessions.index import load_session
 from memory.sessions.store import SessionStore, interrupted_turn, owed_replies
 
@@ -81,8 +80,8 @@ def describe(config: Config) -> str:
     archive = store.archived_paths()
     archival = 0
     for path in archive:
-        loaded = parse_session_bytes(path.read_bytes(), str(path))
-        archival += loaded.last_consolidated < len(loaded.messages)
+        loaded = load_session(path, 0)  # from the pointer on: a finished archive is not read whole
+        archival += loaded.last_consolidated < loaded.base + len(loaded.messages)
     memory_size = files.memory_md.stat().st_size if files.memory_md.exists() else 0
     history_size = files.history_md.stat().st_size if files.history_md.exists() else 0
     channels = [
