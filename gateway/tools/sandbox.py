@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 BWRAP = "bwrap"
 PRLIMIT = "/usr/bin/prlimit"
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+PIPE_GRACE = 5.0  # seconds the output may stay open once the command ended
 HOME_INSIDE = "/tmp/home"  # on the private /tmp: nothing of the real home is there
 # What of /etc a program needs to start, name users and find its libraries, locale and zone;
 # everything else there (shadow, ssh host keys, sudoers, TLS private keys) stays out.
@@ -200,8 +201,14 @@ class Sandbox:
             if not ended.done():  # cancelled (the turn was stopped): nothing may outlive it
                 _kill_tree(process.pid)
                 ended.cancel()
-        # The pipes close once every process holding them is gone (the pid namespace's are).
-        stdout, stderr = await asyncio.gather(out, err)
+        # The pipes close once every process holding them is gone (the pid namespace's are);
+        # without the sandbox a process that left the group may hold them: read no longer.
+        try:
+            async with asyncio.timeout(PIPE_GRACE):
+                stdout, stderr = await asyncio.gather(out, err)
+        except TimeoutError:
+            stdout, stderr = "", ""
+            note = note or "ended, but a process it left behind kept its output open"
         status = None if note else process.returncode
         return Outcome(status, stdout, stderr, note)
 
