@@ -208,3 +208,27 @@ async def test_on_discord_a_kill_mid_stream_ends_with_the_same_message_holding_t
     assert await gateway.stop() == 0
     assert fake_discord.shown(DM) == [ANSWER]
     assert len(fake_discord.sent(DM)) == 1
+
+
+@pytest.mark.timeout(120)
+async def test_on_discord_a_shown_message_refusing_edits_is_replaced_and_deleted(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_discord: FakeDiscord, tmp_path: Path
+) -> None:
+    """Killed mid-stream, the half-written Discord message then refuses edits (403, no access):
+    the answer goes out as one new message and the old part is deleted."""
+    gateway = make_gateway(_on_discord(fake_discord, tmp_path))
+    await _start_on_discord(gateway, fake_discord)
+    fake_llm.push(streamed(ANSWER, SLOW), match=_chat)
+    await fake_discord.send_message(DM, ALICE, "tell me slowly")
+    await until(lambda: bool(fake_discord.edits(DM)), 30, "the live reply, edited")
+    await gateway.kill()
+    [shown] = fake_discord.posted[DM]
+    fake_discord.fail("PATCH", f"/channels/{DM}/messages/{shown}", status=403)
+    fake_llm.push(streamed(ANSWER, 4 * SLOW), match=_chat)
+    await _start_on_discord(gateway, fake_discord)
+    await until(lambda: ANSWER in fake_discord.shown(DM), 45, "the whole answer")
+    assert await gateway.stop() == 0
+    assert fake_discord.shown(DM) == [ANSWER]
+    assert [r.status for r in fake_discord.calls("DELETE", f"/channels/{DM}/messages/{shown}")] == [
+        204
+    ]
