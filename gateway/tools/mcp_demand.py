@@ -2,14 +2,15 @@
 nothing, neither its process nor the SDK's import (which alone takes longer than the chat).
 
 The tools a server listed at its last start (mcp_cache) are offered as they are; the first call to
-one imports gateway.tools.mcp, starts that server and waits for it, as any call before a first
-start does. A server with nothing remembered is started at once, in the background, and the stop
+one starts that server (the SDK loads then) and waits for it, as any call before a first start
+does. A server with nothing remembered is started at once, in the background, and the stop
 waits for that first start to end (bounded by its start_timeout) so that the next chat knows its
 tools: a new or changed server costs one chat that wait, once. A server whose last start with this
 config failed, and that never listed tools, is not started here: `memgate run` and the
 interactive chat start every server and remember how it went.
 
-Imports nothing of the SDK: gateway.tools.mcp only when a server is started.
+Imports nothing of the SDK, and gateway.tools.mcp (jsonschema's validators) only when a server
+starts.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class OnDemandServers:
         self._fresh = self._launch(fresh) if fresh else None
 
     def _launch(self, servers: dict[str, McpServerConfig]) -> McpServers:
-        from gateway.tools.mcp import McpServers  # the SDK: only for a server that starts
+        from gateway.tools.mcp import McpServers  # only for a server that starts
 
         launched = McpServers(servers, self._cache)
         launched.on_change = self._changed
