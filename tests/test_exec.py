@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +12,9 @@ import pytest
 from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
+from tests.sandboxing import needs_bwrap, prepare_workspace
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None,
-    reason="bwrap (Debian's bubblewrap package) is not installed: exec's sandbox cannot run",
-)
-
-NOBODY = 65534
+pytestmark = needs_bwrap
 EXEC_ON: dict[str, Any] = {
     "tools": {
         "exec": {
@@ -31,22 +25,6 @@ EXEC_ON: dict[str, Any] = {
         }
     }
 }
-
-
-def prepare_workspace(tmp_path: Path) -> Path:
-    """tmp_path/workspace, usable by the sandbox: run as root, memgate runs commands as the
-    workspace's owner (root has no process limit), so it is given to nobody and the folders
-    above it are made passable."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir(exist_ok=True)
-    if os.geteuid() == 0:
-        os.chown(workspace, NOBODY, NOBODY)
-        for parent in tmp_path.parents:
-            if parent == Path("/tmp") or parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o011)
-        tmp_path.chmod(tmp_path.stat().st_mode | 0o011)
-    return workspace
 
 
 @pytest.fixture
