@@ -247,6 +247,12 @@ def mcp_start(bench: Bench, systems: list[System], runs: int) -> list[Row]:
             served["mcp.reply"],
         ),
         row(
+            "i.run.stop.plain",
+            "`memgate run` SIGTERM to exit, no MCP server",
+            "ms",
+            served["plain.stop"],
+        ),
+        row(
             "i.run.stop",
             "`memgate run` SIGTERM to exit, a hanging MCP server",
             "ms",
