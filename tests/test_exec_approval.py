@@ -119,7 +119,8 @@ async def test_silence_refuses_it_at_the_approve_timeout(
         shown = Shown()
         assert runtime.agent.tools.approvals is not None
         runtime.agent.tools.approvals.notify = shown.deliver
-        await start_turn(runtime, fake_llm, "touch late.txt")
+        async with asyncio.timeout(15):  # thirty times approve_timeout: it was not waited out
+            await start_turn(runtime, fake_llm, "touch late.txt")
         assert len(shown.messages) == 1
         assert "did not answer in time" in last_result(fake_llm)
         assert not (runtime.config.workspace / "late.txt").exists()
