@@ -19,6 +19,8 @@ from gateway.config.models import Config
 from gateway.errors import WorkspaceLockedError
 from gateway.service.control import request, socket_path
 from gateway.service.lock import WorkspaceLock
+from gateway.tools.exec import describe, unavailable
+from gateway.tools.sandbox import probe
 
 MIN_FREE_BYTES = 200 * 1024 * 1024  # sessions, media and the search index grow from here
 LOCK_TIMEOUT = 5.0  # a running service answers on its control socket at once, or is stuck
@@ -39,7 +41,26 @@ class Check:
 def local_checks(config: Config) -> list[Check]:
     """The folders and the disk: a few file-system calls, done at once."""
     folders = [("workspace", config.workspace), ("state", config.state_dir)]
-    return [*(check_folder(name, folder) for name, folder in folders), check_disk(config.workspace)]
+    checks = [
+        *(check_folder(name, folder) for name, folder in folders),
+        check_disk(config.workspace),
+    ]
+    if config.tools.exec.enabled:
+        checks.append(check_exec(config))
+    return checks
+
+
+def check_exec(config: Config) -> Check:
+    """exec on: whether its sandbox runs here (bwrap installed, user namespaces allowed)."""
+    settings = config.tools.exec
+    if settings.sandbox == "none":
+        return Check("exec", False, "runs commands WITHOUT a sandbox (tools.exec.sandbox: none)")
+    reason = unavailable(settings)
+    if reason is None and config.workspace.is_dir():
+        reason = probe(config.workspace, settings.network)
+    if reason is not None:
+        return Check("exec", False, f"{reason}; until then the exec tool is not offered")
+    return Check("exec", True, describe(settings))
 
 
 async def bounded(

@@ -10,6 +10,7 @@ from channels.pairing import PairingError, PairingStore
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.models import ChatChannelConfig, Config, mask_url
 from gateway.state import token_calibration_path
+from gateway.tools.exec import describe as describe_exec
 from memory.calibration import TokenCalibration
 from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
@@ -107,6 +108,7 @@ def describe(config: Config) -> str:
             f"MEMORY.md:  {memory_size} bytes",
             f"HISTORY.md: {history_size} bytes",
             describe_mcp(config),
+            f"exec:       {describe_exec(config.tools.exec)}",
             describe_jobs(config),
             *describe_failures(config),
         ]

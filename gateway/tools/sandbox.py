@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import pwd
 import shutil
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 BWRAP = "bwrap"
 PRLIMIT = "/usr/bin/prlimit"
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+PROBE_TIMEOUT = 5.0  # seconds `memgate doctor` gives the sandbox to run `true`
 PIPE_GRACE = 5.0  # seconds the output may stay open once the command ended
 HOME_INSIDE = "/tmp/home"  # on the private /tmp: nothing of the real home is there
 # What of /etc a program needs to start, name users and find its libraries, locale and zone;
@@ -213,6 +214,30 @@ class Sandbox:
         return Outcome(status, stdout, stderr, note)
 
 
+def probe(workspace: Path, network: bool = False) -> str | None:
+    """Run `true` in the sandbox once, as exec would: None if it ran, else why not (no bwrap,
+    user namespaces refused, e.g. by a service manager's hardening)."""
+    sandbox = Sandbox(workspace, network=network)
+    try:
+        argv = sandbox.argv("true")
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            cwd=workspace,
+            env=sandbox.environment(),
+            **_unprivileged(workspace),
+        )
+    except SandboxError as exc:
+        return str(exc)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not be run ({type(exc).__name__}: {exc})"
+    if done.returncode != 0:
+        return f"bwrap failed: {done.stderr.strip()[:200] or f'exit status {done.returncode}'}"
+    return None
+
+
 async def _read_capped(stream: asyncio.StreamReader, cap: int, over: asyncio.Event) -> str:
     """Up to `cap` characters of a stream; past that it is drained and `over` is set."""
     kept = bytearray()
@@ -265,12 +290,3 @@ def _reachable(path: Path, workspace: Path) -> bool:
             return False
         probe = probe.parent
     return True
-
-
-def owner_name(workspace: Path) -> str:
-    """The user a command runs as, for status lines."""
-    uid = workspace.stat().st_uid if os.geteuid() == 0 else os.getuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
