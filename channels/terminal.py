@@ -56,6 +56,11 @@ class TerminalChannel:
             session_key=self._session_key,
         )
 
+    async def notify(self, message: OutboundMessage) -> str | None:
+        """Print a message nobody asked for (exec's request for approval); None: shown."""
+        print(f"\n{message.text}\n", flush=True)
+        return None
+
     async def ask(self, text: str) -> str:
         """Send one message and return the reply text."""
         reply = await self._handler(self.inbound(text))
@@ -147,6 +152,15 @@ class TerminalChannel:
             if _is_stop(line):
                 await self._handler(self.inbound("/stop"))
                 return True, None
+            if _is_answer(line):
+                # An answer the running turn waits for (exec's /approve): it cannot wait its turn.
+                assert line is not None
+                reply = await self._handler(self.inbound(line))
+                if reply is not None:
+                    print(f"\n{reply.text}\n", flush=True)
+                    await reply.sent()
+                reading = asyncio.ensure_future(_read_line(""))
+                continue
             typed.append(line)
             # After end of input there is nothing more to read.
             reading = asyncio.ensure_future(_read_line("")) if line is not None else None
@@ -211,6 +225,10 @@ class Printer:
 
 def _is_stop(line: str | None) -> bool:
     return line is not None and line.strip().split(maxsplit=1)[:1] == ["/stop"]
+
+
+def _is_answer(line: str | None) -> bool:
+    return line is not None and line.strip().split(maxsplit=1)[:1] in (["/approve"], ["/deny"])
 
 
 async def _until_interrupt(

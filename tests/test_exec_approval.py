@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from gateway.tools.exec import needs_approval
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
 from tests.sandboxing import needs_bwrap, prepare_workspace
+from tests.terminal import Terminal
 
 
 class Shown:
@@ -188,3 +190,38 @@ def test_which_commands_ask(approve: str, command: str, asks: bool) -> None:
     """approve and allow decide; shell syntax beyond one program always asks under unlisted."""
     settings = ExecConfig(enabled=True, approve=approve, allow=["ls *", "df -h"])
     assert needs_approval(command, settings) is asks
+
+
+@needs_bwrap
+async def test_the_terminal_shows_the_request_and_takes_the_answer_at_once(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """In `memgate chat` the request is printed, and /approve typed while the turn waits is
+    answered at once (not queued behind the turn it would unblock); the command runs."""
+    workspace = prepare_workspace(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"workspace: {workspace}\nstate_dir: {tmp_path / 'state'}\n"
+        f"llm:\n  base_url: {fake_llm.url}\n  api_key: sk-pty-secret-0123456789\n  max_retries: 0\n"
+        "tools:\n  exec:\n    enabled: true\n    approve_timeout: 30\n"
+    )
+    fake_llm.push(tool_call("exec", {"command": "touch from-terminal.txt"}))
+    fake_llm.push(text("made it"))
+    env = {**os.environ, "MEMGATE_HOME": str(tmp_path / "home")}
+    terminal = Terminal(["chat", "--config", str(path)], env)
+    try:
+        await terminal.wait_for("you> ")
+        terminal.type("make the file\n")
+        await terminal.wait_for("Run this command?")
+        await terminal.wait_for(" (within 30 s).")
+        found = re.search(r"/approve (\w+) or", terminal.output)
+        assert found is not None, terminal.output
+        terminal.type(f"/approve {found.group(1)}\n")
+        await terminal.wait_for("made it")
+        await terminal.wait_for("you> ", 2)
+        terminal.type("\x04")  # Ctrl-D: quit
+        assert await asyncio.wait_for(terminal.exit_code(), 30) == 0, terminal.output
+    finally:
+        terminal.close()
+    assert "Approved: running it." in terminal.output
+    assert (workspace / "from-terminal.txt").exists()

@@ -47,6 +47,7 @@ from gateway.config.models import Config
 from gateway.errors import ConfigError, MemgateError, describe_errors
 from gateway.logs import configure_logging
 from gateway.service.control import is_serving, remote_handler, request, socket_path
+from gateway.tools.approvals import Approvals
 from memory.errors import MemoryStoreError
 from memory.fileio import FILE_MODE, ensure_private_dir
 
@@ -142,13 +143,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
         answer = await request(socket, {"op": "owed", "session": key})
         return list(answer.get("texts") or []) if answer else []
 
-    async def talk(handler: Handler, where: str, owed: Callable[[], Awaitable[list[str]]]) -> int:
+    async def talk(
+        handler: Handler,
+        where: str,
+        owed: Callable[[], Awaitable[list[str]]],
+        approvals: Approvals | None = None,
+    ) -> int:
         terminal = TerminalChannel(
             handler,
             session_key=args.session,
             history_path=chat_history_path(config),
             streaming=not args.no_stream,
         )
+        if approvals is not None:
+            approvals.notify = terminal.notify  # exec's requests are shown here, answered here
         if args.message is not None:
             for text in await owed():
                 print(f"(kept from before a restart)\n{text}\n")
@@ -206,7 +214,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     await reply.sent()
                 return texts
 
-            return await talk(runtime.agent.handle, "in this process", local_owed)
+            return await talk(
+                runtime.agent.handle, "in this process", local_owed, runtime.agent.tools.approvals
+            )
 
     return asyncio.run(chat())
 
