@@ -138,23 +138,26 @@ async def open_runtime(
     clock: Clock | None = None,
     *,
     mcp_on_demand: bool = False,
+    mcp_held: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Build the runtime; resources close in reverse order on exit.
 
     An error raised inside the block comes out as itself: the task group that runs the
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
     `mcp_on_demand` (a one-shot chat) starts each MCP server only when its tools are called
-    (gateway/tools/mcp_demand.py); `Runtime.mcp` is then None.
+    (gateway/tools/mcp_demand.py); `Runtime.mcp` is then None. With `mcp_held` (memgate run) the
+    servers wait for `Runtime.mcp.release()`, once the channels are connected.
     """
     with unwrap_group():
-        runtime_of = _build_runtime(config, provider, clock or SystemClock(), mcp_on_demand)
+        mcp_start = "on demand" if mcp_on_demand else "held" if mcp_held else "now"
+        runtime_of = _build_runtime(config, provider, clock or SystemClock(), mcp_start)
         async with runtime_of as runtime:
             yield runtime
 
 
 @asynccontextmanager
 async def _build_runtime(
-    config: Config, provider: ChatProvider | None, clock: Clock, mcp_on_demand: bool
+    config: Config, provider: ChatProvider | None, clock: Clock, mcp_start: str
 ) -> AsyncIterator[Runtime]:
     async with AsyncExitStack() as stack:
         check_apart(config.workspace, config.state_dir, config.source)
@@ -183,7 +186,7 @@ async def _build_runtime(
         search = await stack.enter_async_context(open_search(config))
         memory_tools = [Tool(*entry) for entry in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
-        mcp, offered = _start_mcp(config, stack, group, mcp_on_demand)
+        mcp, offered = _start_mcp(config, stack, group, mcp_start)
         try:
             store = await asyncio.to_thread(JobStore, config.state_dir)
         except JobError as exc:
@@ -316,7 +319,7 @@ def _gated_providers(
 
 
 def _start_mcp(
-    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup, on_demand: bool
+    config: Config, stack: AsyncExitStack, group: asyncio.TaskGroup, start: str
 ) -> tuple[McpServers | None, McpServers | OnDemandServers | None]:
     """The enabled MCP servers, connecting in the background (or on demand): the runtime's
     McpServers, and what offers their tools. None when there are none.
@@ -329,13 +332,13 @@ def _start_mcp(
     servers = config.tools.mcp_servers
     if not any(settings.enabled for settings in servers.values()):
         return None, None
-    if on_demand:
+    if start == "on demand":
         demand = OnDemandServers(servers, mcp_tools_path(config.state_dir), group)
         stack.push_async_callback(demand.stop)  # before the group exits: it waits for its tasks
         return None, demand
     from gateway.tools.mcp import McpServers
 
-    mcp = McpServers(servers, mcp_tools_path(config.state_dir))
+    mcp = McpServers(servers, mcp_tools_path(config.state_dir), held=start == "held")
     stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks
     mcp.launch(group)
     return mcp, mcp

@@ -17,6 +17,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, ChatCommands
@@ -35,8 +36,11 @@ from gateway.tools.jobs import JobTools
 if TYPE_CHECKING:
     from channels.discord.channel import DiscordChannel
     from channels.telegram.channel import TelegramChannel
+    from gateway.tools.mcp import McpServers
 
 log = logging.getLogger(__name__)
+
+MCP_HOLD = 10.0  # seconds MCP servers wait for the channels before they start anyway
 
 
 def build_channels(
@@ -148,7 +152,7 @@ async def run_service(config: Config) -> int:
     loop.add_signal_handler(signal.SIGHUP, on_reload)
     started = time.monotonic()
     try:
-        async with open_runtime(config) as runtime:
+        async with open_runtime(config, mcp_held=True) as runtime:
             # What start-up built lives as long as the process: keep it out of the cyclic
             # collector's full passes (a first large session load would otherwise walk it all).
             gc.freeze()
@@ -198,6 +202,16 @@ def optional_states(runtime: Runtime) -> dict[str, Any]:
         },
         "embeddings": embeddings,
     }
+
+
+async def release_mcp(mcp: McpServers, channels: Sequence[Channel]) -> None:
+    """Let the MCP servers start once every channel is connected, or after MCP_HOLD at most: the
+    SDK's import (seconds on a busy machine) would take the interpreter from the channels' start."""
+    with suppress(TimeoutError):
+        async with asyncio.timeout(MCP_HOLD):
+            for channel in channels:
+                await channel.ready.wait()
+    mcp.release()
 
 
 async def _serve(
@@ -257,6 +271,10 @@ async def _supervise(
                 group.create_task(beat.run(runtime.agent, deliver, home), name="heartbeat")
             )
         stopping = group.create_task(stop.wait(), name="stop-signal")
+        mcp = runtime.mcp
+        if mcp is not None:  # not one of `tasks`: its end is no reason to stop
+            released = group.create_task(release_mcp(mcp, channels), name="mcp-release")
+            stopping.add_done_callback(lambda _: released.cancel())
         # A channel that ends on its own (a fatal error) stops the whole gateway, so the
         # supervisor (systemd) can restart it; the task group raises its error for us.
         done, _ = await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)

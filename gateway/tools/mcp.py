@@ -102,6 +102,7 @@ class McpConnection:
         self.tools: list[RemoteTool] = remembered or []
         self.restarts = 0
         self.on_listed: Callable[[McpConnection], None] | None = None
+        self.go: asyncio.Event | None = None  # set when it may start (McpServers.release)
         self._client: Client | None = None
         self._stdio: StdioTransport | None = None  # the process of a stdio server's latest start
         self._broken = asyncio.Event()
@@ -112,6 +113,8 @@ class McpConnection:
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
         """Start the server, then restart it with backoff whenever it dies; ends by cancellation."""
+        if self.go is not None:
+            await self.go.wait()
         # The SDK's import, seconds on a busy machine, in a worker thread: the event loop answers
         # meanwhile. Then `mcp_client` is only a lookup in sys.modules.
         await asyncio.to_thread(importlib.import_module, "gateway.tools.mcp_client")
@@ -259,14 +262,24 @@ class McpServers:
     """
 
     def __init__(
-        self, servers: dict[str, McpServerConfig], cache: Path | ToolCache | None = None
+        self,
+        servers: dict[str, McpServerConfig],
+        cache: Path | ToolCache | None = None,
+        *,
+        held: bool = False,
     ) -> None:
         self._cache = ToolCache(cache) if isinstance(cache, Path) else cache
         self.connections = [
             McpConnection(n, s, self._remembered(n, s)) for n, s in servers.items() if s.enabled
         ]
+        # Held (memgate run), launched servers wait for `release()` before anything, the SDK's
+        # import included: that import would take the interpreter from the channels' start.
+        self._go = asyncio.Event()
+        if not held:
+            self._go.set()
         for connection in self.connections:
             connection.on_listed = self._listed
+            connection.go = self._go
         self.disabled = [name for name, settings in servers.items() if not settings.enabled]
         self.on_change: Callable[[], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -296,6 +309,10 @@ class McpServers:
         if self._tasks:
             raise RuntimeError("the MCP servers are already started")
         self._tasks = [group.create_task(c.run(), name=f"mcp:{c.name}") for c in self.connections]
+
+    def release(self) -> None:
+        """Let held servers start."""
+        self._go.set()
 
     async def start(self, group: asyncio.TaskGroup) -> None:
         """Start every server in parallel in `group`; return once each is up or has failed.
