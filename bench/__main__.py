@@ -89,7 +89,10 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"- e: the driver process first imports what the system's gateway command imports with "
         f"its Telegram channel (memgate: its CLI, `gateway.service.run` and `channels.telegram.channel`; "
         f"nanobot: its CLI and `nanobot.channels.telegram`), so python-telegram-bot counts for "
-        f'both. "After start" is VmRSS once the system is built, before any turn; the peak is '
+        f"both; the first row (start only) imports the Discord channel too (memgate's "
+        f"`channels.discord.channel` with discord.py, nanobot's `nanobot.channels.discord`), as "
+        f'a gateway with both channels enabled does. "After start" is VmRSS once the system is '
+        f"built, before any turn; the peak is "
         f"the process's own VmHWM (not `ru_maxrss`, which Linux carries across exec from the "
         f"orchestrator). 16 chats at a time; sizes {', '.join(f'{n:,}' for n in f.RSS_SESSIONS)}. "
         "One turn per chat neither consolidates nor reaches memgate's budget by bytes, so memgate "

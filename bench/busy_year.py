@@ -188,7 +188,8 @@ def busy_year(bench: Bench, runs: int) -> list[Row]:
     built = time.perf_counter() - began
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in year.seconds.items())
     print(
-        f"  h data: {sum(year.sizes):,} messages in {len(year.chats):,} chats, "
+        f"  h data: {sum(year.sizes):,} messages in {len(year.sizes):,} sessions "
+        f"({len(year.chats):,} live chats), "
         f"{year.bytes_on_disk / 1e6:,.0f} MB, built in {built:.0f} s ({parts})",
         flush=True,
     )
