@@ -1,0 +1,43 @@
+"""exec under `memgate run`: the request reaches the owner's Telegram chat, /approve there runs it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import memgate_run, service_config
+from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
+from tests.fakes.telegram_api import FakeTelegram
+from tests.sandboxing import needs_bwrap, prepare_workspace
+
+pytestmark = [needs_bwrap, pytest.mark.timeout(120)]
+
+
+async def test_the_owner_approves_on_telegram_while_the_turn_waits(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """The request is sent to the owner's DM; their /approve ID, a message of the same chat
+    arriving while the turn waits, is answered and the command runs."""
+    workspace = prepare_workspace(tmp_path)
+    config = service_config(tmp_path, fake_llm, fake_telegram)
+    config.write_text(config.read_text() + "tools:\n  exec:\n    enabled: true\n")
+    fake_llm.push(tool_call("exec", {"command": "touch via-telegram.txt"}))
+    fake_llm.push(text("made it"), match=lambda body: bool(tool_results(body)))
+
+    def texts() -> list[str]:
+        return [str(params.get("text", "")) for params in fake_telegram.sent(42)]
+
+    async with memgate_run(config, tmp_path):
+        fake_telegram.message("make the file")
+        await fake_telegram.wait_for(lambda: any("Run this command?" in t for t in texts()))
+        asked = next(t for t in texts() if "Run this command?" in t)
+        assert "touch via-telegram.txt" in asked
+        found = re.search(r"/approve (\w+)", asked)
+        assert found is not None
+        assert not (workspace / "via-telegram.txt").exists()
+        fake_telegram.message(f"/approve {found.group(1)}")
+        await fake_telegram.wait_for(lambda: any("made it" in t for t in texts()))
+    assert any(t.startswith("Approved") for t in texts())
+    assert (workspace / "via-telegram.txt").exists()
