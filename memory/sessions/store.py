@@ -206,8 +206,7 @@ class SessionStore:
         return session
 
     def _remember(self, session: Session) -> None:
-        """Keep `session` as the most recent; drop the least recent past either bound (one
-        session alone stays, however long)."""
+        """Keep `session` as the most recent; drop the least recent past either bound."""
         self._recent[session.key] = session
         self._recent.move_to_end(session.key)
         held = sum(len(s.messages.loaded) for s in self._recent.values())
@@ -334,11 +333,10 @@ class SessionStore:
         return session
 
     async def archive_pending(self, path: Path) -> bool:
-        """Whether the archived file at `path` holds messages past its consolidation pointer.
-
-        Read as a live session is, from the pointer on through the index beside the file (written
-        by the first such read): an archive consolidated to its end costs a few small reads, not
-        its length, so a start does not grow with the conversations /new put away."""
+        """Whether the archived file at `path` holds messages past its consolidation pointer, read
+        from the pointer on through an index beside it (written by the first read): a finished
+        archive costs a few small reads, not its length. Archives only: that index starts at the
+        pointer, where a live session's must start KEEP_RECENT messages before the end."""
         loaded = await asyncio.to_thread(load_session, path, 0)
         return loaded.last_consolidated < loaded.base + len(loaded.messages)
 
