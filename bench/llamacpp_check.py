@@ -227,6 +227,8 @@ def config_for(root: Path, base_url: str, model: str, context: int, extra: dict[
             "timeout": 300,
             "max_retries": 1,
         },
+        # A CPU writing MEMORY.md whole under a grammar: minutes on two busy cores, not 120 s.
+        "memory": {"timeout": 600},
     }
     for section, values in extra.items():
         raw[section] = {**raw.get(section, {}), **values}
