@@ -170,6 +170,38 @@ secret_free() { ! grep -r -q -E 'sk-check-0123456789|AAH-fake-token' "$@"; }
 check "the key and the token appear nowhere in the journal" sh -c "! journalctl -o cat | grep -q -E 'sk-check-0123456789|AAH-fake-token'"
 check "nor in /var/lib/memgate or /var/cache/memgate" secret_free /var/lib/memgate /var/cache/memgate
 
+echo "== exec, with the drop-in of docs/service.md (after the exposure check: it loosens the unit)"
+if [ -f $CHECK/bubblewrap.deb ]; then
+    dpkg -i $CHECK/bubblewrap.deb >/dev/null
+    # As docs/service.md says: the package, the drop-in, exec on in the config, a restart.
+    install -D -m 644 /opt/memgate/src/deploy/memgate-exec.conf /etc/systemd/system/memgate.service.d/exec.conf
+    /opt/memgate/.venv/bin/python - <<'EOF_CONFIG'
+import yaml
+
+path = "/etc/memgate/config.yaml"
+config = yaml.safe_load(open(path))
+config.setdefault("tools", {})["exec"] = {"enabled": True, "approve": "never"}
+open(path, "w").write(yaml.safe_dump(config, sort_keys=False))
+EOF_CONFIG
+    fake_llm --exec 'id -un; touch made-by-exec; ls /var/lib/memgate/state; cat /etc/memgate/memgate.env; cat /etc/memgate/config.yaml; echo exec-end'
+    systemctl daemon-reload
+    systemctl reset-failed memgate
+    systemctl restart memgate
+    check "restarted with the drop-in and exec on" wait_for 30 running
+    tg send "run the command"
+    check "the model's exec call was answered" wait_for 30 tg said "exec said:"
+    tg said "exec said:" >$CHECK/exec.log
+    head -12 $CHECK/exec.log | sed 's/^/    /'
+    check "exec ran inside the unit, as memgate, to its end" \
+        sh -c "grep -q 'exit status 0' $CHECK/exec.log && grep -qx memgate $CHECK/exec.log && grep -qx exec-end $CHECK/exec.log"
+    check "its file landed in the workspace" test -f /var/lib/memgate/workspace/made-by-exec
+    check "the state folder, the env file and the config are absent inside" \
+        test "$(grep -c 'No such file or directory' $CHECK/exec.log)" = 3
+    fake_llm
+else
+    fail "exec: no bubblewrap package was found on the host to install in the container"
+fi
+
 echo
 echo "systemd-check: $PASSED passed, $FAILED failed"
 [ $FAILED = 0 ]

@@ -76,6 +76,11 @@ mkdir -p "$ROOT/opt/memgate"
 cp -a "$CACHE/wheels" "$ROOT/opt/memgate/wheels"
 cp "$HERE"/install.sh "$HERE"/checks.sh "$HERE"/docs_steps.py "$HERE"/tg.py "$ROOT/root/check/"
 python3 "$HERE/docs_steps.py" "$SRC/docs/service.md" "$ROOT/root/check/steps"
+# The container has no network: exec's check installs the host's bubblewrap package (apt's cache,
+# else downloaded here); without one that check fails, saying so.
+deb=$(ls /var/cache/apt/archives/bubblewrap_*.deb 2>/dev/null | head -1 || true)
+[ -n "$deb" ] || deb=$(cd "$CACHE" && apt-get download -q bubblewrap >/dev/null 2>&1 && ls "$CACHE"/bubblewrap_*.deb | head -1 || true)
+[ -z "$deb" ] || cp "$deb" "$ROOT/root/check/bubblewrap.deb"
 
 # Booted by a helper that runs inside `unshare -m --propagation private`: the tmpfs mounts and the
 # cgroup it moves into stay out of the host's view.

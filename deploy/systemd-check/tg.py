@@ -3,6 +3,7 @@
 tg.py up URL          exit 0 once URL answers HTTP at all
 tg.py send TEXT       a private message from user 42 to the bot (the Telegram fake)
 tg.py replied TEXT    exit 0 if the bot has sent "echo: TEXT" (the fake LLM echoes)
+tg.py said PREFIX     print the bot's last message starting with PREFIX; exit 1 if there is none
 tg.py count METHOD    how many times the bot called a Bot API method
 tg.py healthy         exit 0 if memgate's /healthz says Telegram is connected
 """
@@ -40,6 +41,13 @@ def main(command: str, argument: str = "") -> int:
             sent = get(f"{TELEGRAM}/ctl/sent")
             assert isinstance(sent, list)
             return 0 if any(m["text"] == f"echo: {argument}" for m in sent) else 1
+        if command == "said":
+            sent = get(f"{TELEGRAM}/ctl/sent")
+            assert isinstance(sent, list)
+            found = [m["text"] for m in sent if m["text"].startswith(argument)]
+            if found:
+                print(found[-1])
+            return 0 if found else 1
         if command == "count":
             calls = get(f"{TELEGRAM}/ctl/calls")
             assert isinstance(calls, list)

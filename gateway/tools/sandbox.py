@@ -126,7 +126,8 @@ class Sandbox:
         args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if not self.network:
             args.append("--unshare-net")
-        args += ["--die-with-parent", "--new-session", "--hostname", "memgate-exec"]
+        # No --hostname: sethostname is refused under the systemd unit (ProtectHostname=).
+        args += ["--die-with-parent", "--new-session"]
         for folder in SYSTEM_DIRS:
             path = Path(folder)
             if path.is_symlink():  # merged /usr: /bin -> usr/bin

@@ -679,11 +679,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Fake OpenAI-compatible server for trying memgate")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument(
+        "--exec", help="where `exec` is offered, call it with this command; answer its result"
+    )
     args = parser.parse_args()
+
+    def run_exec(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        asked = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+        results = [m["content"] for m in messages[asked:] if m.get("role") == "tool"]
+        if results:  # this turn's call came back (earlier turns' stay in the history)
+            return text(f"exec said: {results[-1]}")
+        offered = [tool["function"]["name"] for tool in body.get("tools", [])]
+        if "exec" in offered:
+            return tool_call("exec", {"command": args.exec})
+        return text(f"echo: {last_user_text(body)}")
 
     async def start() -> tuple[web.AppRunner, str]:
         fake, runner = await start_fake_llm(port=args.port)
         fake.delay = args.delay
+        if args.exec:
+            fake.default = run_exec
         return runner, f"fake LLM listening on {fake.url} (any api key, any model)"
 
     serve_until_interrupted(start)
