@@ -39,7 +39,7 @@ from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
 from gateway.media.reader import MediaReader, PreparedMessage
 from gateway.tools.files import MemorySeen, turn_memory
-from gateway.tools.registry import ToolRegistry, turn_origin
+from gateway.tools.registry import ToolRegistry, turn_origin, turn_stream
 from gateway.tools.scope import scope_for
 from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
@@ -300,6 +300,7 @@ class AgentLoop:
         self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
     ) -> str | None:
         turn_origin.set(message)  # this task's own context: the tools learn which chat asks
+        turn_stream.set(stream)
         session = await self.sessions.get(message.key)
         replay = find_replay(session, message.message_id) if message.message_id else None
         stored = replay.index if replay is not None else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from gateway.bus import InboundMessage, OutboundMessage
+from gateway.tools.registry import turn_stream
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ class Approvals:
                 if self.notify is None
                 else await self.notify(OutboundMessage(origin.channel, origin.chat_id, text))
             )
+            if problem is not None and (stream := turn_stream.get()) is not None:
+                # A chat no message can reach (a terminal attached to the service) may still
+                # show the turn's own stream.
+                await stream.status(text)
+                problem = None
             if problem is not None:
                 log.warning("approval request not shown session=%s reason=%s", origin.key, problem)
                 return Decision.UNREACHABLE

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.bus import InboundMessage
+from gateway.bus import InboundMessage, ReplyStream
 from gateway.errors import describe_errors
 
 log = logging.getLogger(__name__)
@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 # The message the running turn answers, set by the agent in the turn's own task: tools that act
 # for a chat (scheduling a reminder) read which chat that is, never the model's say-so.
 turn_origin: ContextVar[InboundMessage | None] = ContextVar("turn_origin", default=None)
+# Where the running turn's answer is shown as it is written, if anywhere: a tool that must show
+# something at once (exec's request for approval) can put it there when no message can go out.
+turn_stream: ContextVar[ReplyStream | None] = ContextVar("turn_stream", default=None)
 
 
 class ToolError(Exception):
