@@ -218,3 +218,20 @@ async def test_groups_and_guests_are_never_offered_exec_nor_can_call_it(
         await runtime.agent.handle(inbound("hi"))
         owner = [tool["function"]["name"] for tool in fake_llm.chat_requests()[-1]["tools"]]
         assert "exec" in owner
+
+
+async def test_stop_during_a_command_ends_its_processes(
+    exec_runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """/stop while a command runs cancels the turn, and the command's processes end with it."""
+    fake_llm.push(tool_call("exec", {"command": "sleep 1000.75"}))
+    turn = asyncio.ensure_future(exec_runtime.agent.handle(inbound("sleep")))
+    async with asyncio.timeout(10):
+        while not sleepers("1000.75"):  # noqa: ASYNC110 (processes: no event)
+            await asyncio.sleep(0.05)
+    stopped = await exec_runtime.agent.handle(inbound("/stop"))
+    assert stopped is not None and stopped.text == "Stopped."
+    await turn
+    async with asyncio.timeout(5):
+        while sleepers("1000.75"):  # noqa: ASYNC110 (processes: no event)
+            await asyncio.sleep(0.05)
