@@ -235,3 +235,20 @@ async def test_stop_during_a_command_ends_its_processes(
     async with asyncio.timeout(5):
         while sleepers("1000.75"):  # noqa: ASYNC110 (processes: no event)
             await asyncio.sleep(0.05)
+
+
+async def test_sandbox_none_is_a_loud_opt_out(
+    tmp_path: Path,
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """tools.exec.sandbox: none runs commands without bwrap, with a warning at start saying so;
+    the environment is still cleared."""
+    prepare_workspace(tmp_path)
+    unsandboxed = {"tools": {"exec": {**EXEC_ON["tools"]["exec"], "sandbox": "none"}}}
+    with caplog.at_level("WARNING", logger="gateway.tools.exec"):
+        async with make_runtime(unsandboxed) as runtime:
+            result = await run_exec(runtime, fake_llm, "echo unboxed; env")
+    assert "WITHOUT a sandbox" in caplog.text
+    assert "unboxed" in result and "sk-test-secret" not in result
