@@ -252,3 +252,20 @@ async def test_sandbox_none_is_a_loud_opt_out(
             result = await run_exec(runtime, fake_llm, "echo unboxed; env")
     assert "WITHOUT a sandbox" in caplog.text
     assert "unboxed" in result and "sk-test-secret" not in result
+
+
+async def test_without_bwrap_exec_is_not_offered(
+    tmp_path: Path,
+    make_runtime: RuntimeFactory,
+    fake_llm: FakeLLM,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Enabled but with no bwrap on PATH, the owner's chat is not offered exec at all."""
+    prepare_workspace(tmp_path)
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    async with make_runtime(EXEC_ON) as runtime:
+        fake_llm.push(text("hi"))
+        await runtime.agent.handle(inbound("hi"))
+    offered = [tool["function"]["name"] for tool in fake_llm.chat_requests()[-1]["tools"]]
+    assert "exec" not in offered and "read_file" in offered
