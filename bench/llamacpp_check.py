@@ -183,7 +183,11 @@ async def check_overflow(runtime: Runtime) -> str:
     first = await runtime.agent.handle(message(f"Remember this number: {digits}"))
     said = "no reply" if first is None else ("failed" if first.failed else "answered")
     reply = answered(await runtime.agent.handle(message("Say hello.")), "the next message")
-    return f"the big message: {said}; the next one answered ({len(reply.text)} characters)"
+    async with asyncio.timeout(600):
+        await runtime.consolidator.wait_idle()
+    # Reported, not judged: the chat goes on either way; a raw chunk is memory not distilled.
+    raw = "; its consolidation ended [RAW]" if "[RAW]" in runtime.memory.read_history() else ""
+    return f"the big message: {said}; the next one answered ({len(reply.text)} characters){raw}"
 
 
 async def check_two_chats(runtime: Runtime) -> str:
