@@ -177,7 +177,7 @@ def telegram_inbox_pending(state_dir: Path) -> set[int]:
         record = json.loads(line)
         if "done" in record:
             pending.discard(record["done"])
-        else:
+        elif "update" in record:  # not the lines that note a reply's parts or messages
             pending.add(record["update"]["update_id"])
     return pending
 
