@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -144,13 +145,14 @@ async def test_a_long_command_ends_at_the_timeout_with_its_children(
     exec_runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
     """`sleep 1000` and a child it left in the background are both gone at the timeout."""
-    fake_llm.push(tool_call("exec", {"command": "sleep 1000.25 & sleep 1000.5", "timeout": 2}))
+    child, parent = (f"1000.{random.randrange(10**6)}" for _ in range(2))  # this run's own
+    fake_llm.push(tool_call("exec", {"command": f"sleep {child} & sleep {parent}", "timeout": 2}))
     fake_llm.push(text("done"))
     await exec_runtime.agent.handle(inbound("sleep"))
     result = tool_results(fake_llm.chat_requests()[-1])[-1]
     assert "still running after 2 s" in result
     async with asyncio.timeout(5):
-        while sleepers("1000.25") or sleepers("1000.5"):  # noqa: ASYNC110 (processes: no event)
+        while sleepers(child) or sleepers(parent):  # noqa: ASYNC110 (processes: no event)
             await asyncio.sleep(0.05)
 
 
@@ -159,9 +161,13 @@ async def test_a_fork_bomb_is_stopped_and_the_gateway_answers_another_chat(
 ) -> None:
     """A fork bomb hits the process limit and ends; another chat is answered meanwhile."""
     go = exec_runtime.config.workspace / "go"
+    # The bomb and a loop of background sleeps run in a subshell, which dies when a fork is
+    # refused ("Cannot fork"); only then does the shell go on, so the limit has been hit before
+    # the test lets it end. What follows uses builtins only: no fork is left to be had.
     command = (
-        "b() { b | b & }; b; "
-        f"while [ ! -e {go} ]; do :; done; echo bomb over"  # builtins only: no fork needed
+        "( b() { b | b & }; b; while :; do sleep 1000 & done ) 2>/tmp/bomb.err; "
+        'read -r why < /tmp/bomb.err; echo "limit reached: $why"; '
+        f"while [ ! -e {go} ]; do :; done; echo bomb over"
     )
     fake_llm.push(tool_call("exec", {"command": command, "timeout": 25}))
     fake_llm.push(text("other chat answered"))
@@ -176,7 +182,8 @@ async def test_a_fork_bomb_is_stopped_and_the_gateway_answers_another_chat(
     await bomb
     result = tool_results(fake_llm.chat_requests()[-1])[-1]
     assert "bomb over" in result
-    assert "fork" in result.lower()  # "Cannot fork": the limit stopped it
+    [reached] = [line for line in result.splitlines() if line.startswith("limit reached: ")]
+    assert "fork" in reached.lower(), result  # "Cannot fork": the process limit stopped it
 
 
 async def test_a_10_gb_allocation_is_refused(exec_runtime: Runtime, fake_llm: FakeLLM) -> None:
@@ -224,16 +231,17 @@ async def test_stop_during_a_command_ends_its_processes(
     exec_runtime: Runtime, fake_llm: FakeLLM
 ) -> None:
     """/stop while a command runs cancels the turn, and the command's processes end with it."""
-    fake_llm.push(tool_call("exec", {"command": "sleep 1000.75"}))
+    mark = f"1000.{random.randrange(10**6)}"  # this run's own: another's sleepers don't count
+    fake_llm.push(tool_call("exec", {"command": f"sleep {mark}"}))
     turn = asyncio.ensure_future(exec_runtime.agent.handle(inbound("sleep")))
     async with asyncio.timeout(10):
-        while not sleepers("1000.75"):  # noqa: ASYNC110 (processes: no event)
+        while not sleepers(mark):  # noqa: ASYNC110 (processes: no event)
             await asyncio.sleep(0.05)
     stopped = await exec_runtime.agent.handle(inbound("/stop"))
     assert stopped is not None and stopped.text == "Stopped."
     await turn
     async with asyncio.timeout(5):
-        while sleepers("1000.75"):  # noqa: ASYNC110 (processes: no event)
+        while sleepers(mark):  # noqa: ASYNC110 (processes: no event)
             await asyncio.sleep(0.05)
 
 
