@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.models import Config, mask_url
+from gateway.config.fields import mask_url
+from gateway.config.models import Config
 from memory.fileio import atomic_write
 from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.bus import OutboundMessage
-from gateway.config.models import ExecConfig
+from gateway.config.tools import ExecConfig
 from gateway.service.app import Runtime
 from gateway.tools.exec import needs_approval
 from tests.conftest import RuntimeFactory, inbound

@@ -19,10 +19,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.agent.apology import apology
 from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
@@ -34,6 +33,7 @@ from gateway.agent.session_lock import SessionLock
 from gateway.agent.status import chat_status
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
 from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
+from gateway.agent.watchers import MemoryKeeper, TurnObserver, TurnStats
 from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
@@ -56,38 +56,6 @@ UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent befor
 # Unconsolidated messages whose byte bound a turn adds up on the event loop (a fraction of a
 # millisecond); a longer backlog is sized in a worker thread, so no turn waits on its length.
 INLINE_HISTORY = 256
-
-
-class MemoryKeeper(Protocol):
-    """Background housekeeping the agent notifies but never waits for (the consolidator)."""
-
-    def after_turn(self, session: Session, system: str, tools: list[dict[str, Any]]) -> None: ...
-
-    def after_rotate(self, key: str, archived: Path) -> None: ...
-
-
-class TurnObserver(Protocol):
-    """Receives figures about every turn (the metrics registry implements it)."""
-
-    def message_in(self, channel: str) -> None: ...
-
-    def message_out(self, channel: str, *, error: bool) -> None: ...
-
-    def llm_call(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None: ...
-
-    def turn_resumed(self) -> None: ...
-
-    def reply_resent(self) -> None: ...
-
-
-@dataclass
-class TurnStats:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-    # The stored, owed answer this turn returns (new, or one a restart kept from its chat).
-    session: Session | None = None
-    answer: Message | None = None
 
 
 class AgentLoop:

@@ -24,7 +24,8 @@ from typing import Any
 from channels.base import ChannelConfigError
 from gateway.cli.checks import Check, bounded, check_lock, unanswered
 from gateway.config.file import OPENAI_URL, require_api_key
-from gateway.config.models import Config, LLMConfig, McpServerConfig
+from gateway.config.models import Config, LLMConfig
+from gateway.config.tools import McpServerConfig
 from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
 from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
 from gateway.llm.server_info import PROFILE_TIMEOUT, ServerProfile, concurrency, read_profile

@@ -8,7 +8,8 @@ from typing import Any
 from channels.inbox import waiting
 from channels.pairing import PairingError, PairingStore
 from gateway.automation.jobs import JobError, JobStore, format_time
-from gateway.config.models import ChatChannelConfig, Config, mask_url
+from gateway.config.fields import mask_url
+from gateway.config.models import ChatChannelConfig, Config
 from gateway.state import token_calibration_path
 from gateway.tools.exec import describe as describe_exec
 from memory.calibration import TokenCalibration

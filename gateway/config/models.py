@@ -6,84 +6,21 @@ are gateway/config/file.py's.
 
 from __future__ import annotations
 
-import re
 import zoneinfo
 from pathlib import Path
 from typing import Any, ClassVar, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, field_validator
 
-
-def http_url(value: str) -> str:
-    """An http(s) URL with a host, or a ValueError saying what is wrong."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http:// or https:// URL, e.g. http://localhost:11434/v1")
-    return value
-
-
-def api_url(value: str) -> str:
-    """An OpenAI-API base URL: http(s), with no user:password and no query string. The SDK sends
-    the key as a Bearer token and appends each path to the URL's text, so credentials or a query
-    there never reach the server as meant (a query even swallows the path)."""
-    http_url(value)
-    parts = urlsplit(value)
-    if parts.username is not None or parts.password is not None:
-        raise ValueError(
-            "must not carry user:password (the endpoint is sent the api_key as a Bearer token: "
-            "put the key in api_key)"
-        )
-    if parts.query or parts.fragment:
-        raise ValueError("must not carry a query string or fragment (paths are appended to it)")
-    return value
-
-
-def mask_url(value: str) -> str:
-    """`value` with a password and the query's values masked, for display; other text as it is."""
-    parts = urlsplit(value)
-    if not parts.scheme or not (parts.password or parts.query):
-        return value
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
-    query = re.sub(r"=[^&]*", "=***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`127.0.0.1:8765` → ("127.0.0.1", 8765), `[::1]:8765` → ("::1", 8765); a ValueError saying
-    what is wrong for anything else (no host, no port, a port outside 1..65535)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("must be host:port, e.g. 127.0.0.1:8765")
-    return host.strip("[]"), int(port)
-
-
-def host_port(value: str) -> str:
-    """`host:port` with a port in 1..65535, or a ValueError saying what is wrong."""
-    parse_listen(value)
-    return value
-
-
-def ws_url(value: str) -> str:
-    """A ws(s) URL with a host, or a ValueError saying what is wrong."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError("must be a ws:// or wss:// URL, e.g. wss://gateway.discord.gg")
-    return value
+from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
+from gateway.config.tools import ToolsConfig
 
 
 class _Section(BaseModel):
     # The string under each field is its meaning in docs/configuration.md (gateway/config/reference.py
     # reads it from this source; pydantic's own reading costs every start ~50 ms).
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SECTION
 
 
 class TranscriptionConfig(_Section):
@@ -355,107 +292,6 @@ class HealthConfig(_Section):
 
 
 # `<server>__<tool>` must stay a valid function name for every OpenAI-compatible endpoint.
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
-
-
-class McpServerConfig(_Section):
-    """One MCP server: a command run over stdio, or a streamable HTTP URL."""
-
-    command: str | None = None
-    """stdio: the program to run (e.g. npx, uvx, python); give this or url."""
-    args: list[str] = []
-    """stdio: its arguments."""
-    env: dict[str, str] = {}
-    """stdio: its environment variables; of memgate's own it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER (values are treated as secrets)."""
-    cwd: Path | None = None
-    """stdio: the folder it runs in; null: memgate's own."""
-    url: str | None = None
-    """Streamable HTTP: the server's endpoint, e.g. http://127.0.0.1:8000/mcp; give this or command."""
-    headers: dict[str, str] = {}
-    """HTTP: headers sent with every request, e.g. Authorization (values are treated as secrets)."""
-    enabled: bool = True
-    """false: keep the entry but do not start the server."""
-    timeout: float = Field(30, gt=0, le=3600)
-    """Seconds one tool call may take; past it the model is told the call timed out."""
-    start_timeout: float = Field(20, gt=0, le=600)
-    """Seconds the server gets to start and list its tools; past it memgate runs without it."""
-    scopes: list[Literal["private", "group"]] = ["private"]
-    """Chats offered its tools: private (the owner's DMs and the terminal) and/or group (groups and guests)."""
-    allow: list[str] | None = None
-    """Tool names (the server's own, without the prefix) to offer; null: all of them."""
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        return None if value is None else http_url(value)
-
-    @field_validator("cwd", mode="after")
-    @classmethod
-    def _expand_home(cls, value: Path | None) -> Path | None:
-        return None if value is None else value.expanduser()
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> McpServerConfig:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("give either command (stdio) or url (streamable HTTP), not both")
-        if self.url is not None and (self.args or self.env or self.cwd):
-            raise ValueError("args, env and cwd belong to a command server, not a url one")
-        if self.command is not None and self.headers:
-            raise ValueError("headers belong to a url server, not a command one")
-        return self
-
-
-class ExecLimitsConfig(_Section):
-    """What one command may use; past a limit the kernel stops it."""
-
-    cpu_seconds: int = Field(60, gt=0, le=86400)
-    """CPU seconds per process."""
-    memory_mb: int = Field(1024, ge=64)
-    """Address space per process, in MB."""
-    processes: int = Field(64, ge=4, le=4096)
-    """Processes (and threads) the command may have at once (a fork bomb stops here)."""
-    output_chars: int = Field(16_000, ge=1000, le=200_000)
-    """Characters of stdout and of stderr kept for the model; past it the command is stopped."""
-
-
-class ExecConfig(_Section):
-    """`exec`: shell commands for the owner (their DMs and the terminal only, never a group or a guest)."""
-
-    enabled: bool = False
-    """true: offer the `exec` tool to the owner's chats."""
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    """bwrap: each command in bubblewrap, seeing the workspace and the system read-only; none: run without it (logged as a warning; the command reaches all memgate's user can)."""
-    network: bool = False
-    """true: commands may use the network; false: they have none (not even loopback)."""
-    timeout: float = Field(60, gt=0, le=3600)
-    """Seconds a command may run (the model may ask for less); then its whole process tree is killed."""
-    limits: ExecLimitsConfig = ExecLimitsConfig()
-    """CPU, memory, processes and output of each command."""
-    approve: Literal["always", "unlisted", "never"] = "unlisted"
-    """always: the owner approves every command in the chat; unlisted: all but those matching allow; never: none is asked."""
-    allow: list[str] = []
-    """Commands that run without asking, as shell patterns (`ls *`, `df -h`); one holding ; & | ` $ < > or a newline always asks."""
-    approve_timeout: float = Field(300, gt=0, le=86400)
-    """Seconds the owner has to answer /approve or /deny; then the command is refused."""
-
-
-class ToolsConfig(_Section):
-    mcp_servers: dict[str, McpServerConfig] = {}
-    """MCP servers whose tools the model may call, by name; each tool is offered as `<name>__<tool>`."""
-    exec: ExecConfig = ExecConfig()
-    """Shell commands for the owner, in a sandbox, with approval."""
-
-    @field_validator("mcp_servers")
-    @classmethod
-    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
-        for name in value:
-            if not _SERVER_NAME.match(name) or len(name) > 32:
-                raise ValueError(
-                    f"server name {name!r} must be 1-32 letters, digits, - or single _"
-                )
-        return value
-
-
 class AutomationConfig(_Section):
     grace: float = Field(3600, ge=0)
     """Seconds a job that came due while memgate was stopped may be late and still run (once); later ones are skipped with a log line."""

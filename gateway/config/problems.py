@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.config.models import Config, mask_url
+from gateway.config.fields import mask_url
+from gateway.config.models import Config
 from gateway.errors import ConfigError
 
 SECRET_KEYS = {"api_key", "token", "webhook_secret"}  # their values never appear in a message

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.config.models import parse_listen
+from gateway.config.fields import parse_listen
 from gateway.service.metrics import METRICS_CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)

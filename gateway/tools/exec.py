@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
-from gateway.config.models import Config, ExecConfig
+from gateway.config.models import Config
+from gateway.config.tools import ExecConfig
 from gateway.tools.approvals import Approvals, Decision
 from gateway.tools.registry import Tool, ToolError, turn_origin
 from gateway.tools.sandbox import Limits, Outcome, Sandbox, SandboxError, bwrap_path

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import best_match
 
-from gateway.config.models import McpServerConfig
+from gateway.config.tools import McpServerConfig
 from gateway.errors import describe_errors
 from gateway.tools.mcp_cache import SEPARATOR, RemoteTool, ToolCache
 from gateway.tools.registry import Tool, ToolError, ToolFunc

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.config.models import McpServerConfig
+from gateway.config.tools import McpServerConfig
 from memory.fileio import atomic_write
 
 log = logging.getLogger(__name__)

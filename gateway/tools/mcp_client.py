@@ -29,7 +29,7 @@ from mcp.types import (
 )
 from mcp.types import Tool as McpTool
 
-from gateway.config.models import McpServerConfig
+from gateway.config.tools import McpServerConfig
 from gateway.tools.mcp_stdio import StdioTransport
 from gateway.tools.registry import ToolError
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.config.models import McpServerConfig
+from gateway.config.tools import McpServerConfig
 from gateway.tools.mcp_cache import RemoteTool, ToolCache
 from gateway.tools.registry import Tool, ToolFunc
 
