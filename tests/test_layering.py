@@ -56,7 +56,7 @@ DISCORD_ADAPTER = (
     "channels/discord/live.py",
 )
 OWNERS: dict[str, str | tuple[str, ...]] = {
-    "openai": "gateway/llm/provider.py",
+    "openai": ("gateway/llm/provider.py", "gateway/llm/clients.py"),
     "telegram": TELEGRAM_ADAPTER,
     "discord": DISCORD_ADAPTER,
     "tiktoken": "memory/tokens.py",

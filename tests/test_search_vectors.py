@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.llm.provider import OpenAIEmbedder
+from gateway.llm.clients import OpenAIEmbedder
 from memory.files import MemoryFiles
 from memory.search.searcher import Hit, MemorySearch
 from tests.conftest import RuntimeFactory, inbound

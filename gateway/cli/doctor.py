@@ -27,7 +27,8 @@ from gateway.config.file import OPENAI_URL, require_api_key
 from gateway.config.models import Config, LLMConfig
 from gateway.config.tools import McpServerConfig
 from gateway.errors import ConfigError, LLMError, LLMStatusError, LLMToolsUnsupportedError
-from gateway.llm.provider import OpenAIEmbedder, OpenAIProvider
+from gateway.llm.clients import OpenAIEmbedder
+from gateway.llm.provider import OpenAIProvider
 from gateway.llm.server_info import PROFILE_TIMEOUT, ServerProfile, concurrency, read_profile
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
 from memory.errors import EmbeddingError

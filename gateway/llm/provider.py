@@ -1,10 +1,9 @@
-"""The models behind the agent: the OpenAI-SDK implementation of the `ChatProvider` seam
-(gateway/llm/types.py), and the embeddings and speech clients memory search and media use.
+"""The model behind the agent: the OpenAI-SDK implementation of the `ChatProvider` seam
+(gateway/llm/types.py). The embeddings and speech clients are gateway/llm/clients.py's.
 
-This is the only module that imports `openai`; its exceptions (and those of the transports under
-it, httpx2 and, for chat, aiohttp) are translated here, chained with `from exc`: into
-`gateway.errors.LLMError` subclasses for chat, into memory's `EmbeddingError` for embeddings (which
-the search catches, falling back to keywords).
+With clients.py, the only module that imports `openai`; its exceptions (and those of the
+transports under it, httpx2 and, for chat, aiohttp) are translated here, chained with `from exc`,
+into `gateway.errors.LLMError` subclasses.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from gateway.errors import (
     LLMStatusError,
     LLMTimeoutError,
     LLMToolsUnsupportedError,
-    TranscriptionError,
 )
 from gateway.llm.arguments import valid_arguments
 from gateway.llm.stream_parts import StreamParts
@@ -48,7 +46,6 @@ from gateway.llm.types import (
     without_images,
 )
 from gateway.logs import redact
-from memory.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +81,7 @@ class OpenAIProvider:
         self.tool_support = tool_support or ToolSupport()
         self.vision_support = vision_support or VisionSupport(model=model)
         self.stream_support = StreamSupport()
-        self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
+        self._secrets = secrets_of(api_key)  # providers echo (part of) a refused key
         self.temperature = temperature
         self.max_tokens = max_tokens
         # The SDK's aiohttp transport (aiohttp comes with the SDK) rather than its default
@@ -202,14 +199,14 @@ class OpenAIProvider:
             raise self._error(LLMConnectionError, _connection_text(exc)) from exc
         except openai.RateLimitError as exc:
             raise LLMRateLimitError(
-                redact(_status_text(exc), self._secrets),
+                redact(status_text(exc), self._secrets),
                 _retry_after(exc),
                 model=self.model,
                 endpoint=self.endpoint,
             ) from exc
         except openai.APIStatusError as exc:
             raise LLMStatusError(
-                redact(_status_text(exc), self._secrets),
+                redact(status_text(exc), self._secrets),
                 exc.status_code,
                 model=self.model,
                 endpoint=self.endpoint,
@@ -364,14 +361,14 @@ class OpenAIProvider:
             return self._error(LLMConnectionError, f"the stream broke off: {_root(exc)!r}")
         if isinstance(exc, openai.RateLimitError):
             return LLMRateLimitError(
-                redact(_status_text(exc), self._secrets),
+                redact(status_text(exc), self._secrets),
                 _retry_after(exc),
                 model=self.model,
                 endpoint=self.endpoint,
             )
         if isinstance(exc, openai.APIStatusError):
             return LLMStatusError(
-                redact(_status_text(exc), self._secrets),
+                redact(status_text(exc), self._secrets),
                 exc.status_code,
                 model=self.model,
                 endpoint=self.endpoint,
@@ -389,72 +386,7 @@ class OpenAIProvider:
         await self._client.close()
 
 
-class OpenAIEmbedder:
-    """memory's `Embedder` through the openai SDK against any OpenAI-compatible embeddings endpoint."""
-
-    def __init__(self, *, base_url: str, api_key: str, model: str, timeout: float = 30) -> None:
-        self.model = model
-        self._timeout = timeout
-        # No retries: a failed call costs one query its vectors, not the search; the next one retries.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
-        )
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        try:
-            async with asyncio.timeout(self._timeout):
-                # "float" explicitly: the SDK's default (base64) is not served by every server.
-                answer = await self._client.embeddings.create(
-                    model=self.model, input=texts, encoding_format="float"
-                )
-        except TimeoutError as exc:
-            raise EmbeddingError(f"no answer within {self._timeout:.0f}s") from exc
-        except openai.APIStatusError as exc:
-            raise EmbeddingError(_status_text(exc)) from exc
-        except (openai.OpenAIError, ValueError) as exc:  # connection errors, unparseable answers
-            raise EmbeddingError(f"{type(exc).__name__}: {exc}") from exc
-        ordered = sorted(answer.data, key=lambda item: item.index)
-        return [list(item.embedding) for item in ordered]
-
-    async def close(self) -> None:
-        await self._client.close()
-
-
-class OpenAITranscriber:
-    """Speech to text through the openai SDK against any OpenAI-compatible transcriptions endpoint."""
-
-    def __init__(self, *, base_url: str, api_key: str, model: str, timeout: float = 120) -> None:
-        self.model = model
-        self.endpoint = endpoint_of(base_url)
-        self._secrets = _secrets(api_key)  # providers echo (part of) a refused key
-        self._timeout = timeout
-        # No retries: a voice note that failed is kept and named; the person can send it again.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
-        )
-
-    async def transcribe(self, filename: str, data: bytes) -> str:
-        """The text spoken in one audio file (the SDK sends it as multipart, as OpenAI expects)."""
-        try:
-            async with asyncio.timeout(self._timeout + 5):
-                answer = await self._client.audio.transcriptions.create(
-                    model=self.model, file=(filename, data)
-                )
-        except TimeoutError as exc:
-            raise TranscriptionError(f"no answer within {self._timeout:.0f}s") from exc
-        except openai.APIConnectionError as exc:
-            raise TranscriptionError(f"could not reach {self.endpoint}") from exc
-        except openai.APIStatusError as exc:
-            raise TranscriptionError(redact(_status_text(exc), self._secrets)) from exc
-        except (openai.OpenAIError, ValueError) as exc:
-            raise TranscriptionError(f"unusable answer: {type(exc).__name__}") from exc
-        return scrub(answer.text or "").strip()
-
-    async def close(self) -> None:
-        await self._client.close()
-
-
-def _secrets(api_key: str) -> tuple[str, ...]:
+def secrets_of(api_key: str) -> tuple[str, ...]:
     """The key to redact from error texts; a placeholder of a few characters (a local server's
     "x") is no secret, and replacing it would garble every word that holds it."""
     return (api_key,) if len(api_key) >= 6 else ()
@@ -496,7 +428,7 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return None
 
 
-def _status_text(exc: openai.APIStatusError) -> str:
+def status_text(exc: openai.APIStatusError) -> str:
     body = exc.body
     if isinstance(body, dict):
         detail = body.get("message") or body.get("error", {})

@@ -20,9 +20,10 @@ from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
 from gateway.config.models import Config, LLMConfig, TranscriptionConfig
 from gateway.errors import MemgateError, unwrap_group
+from gateway.llm.clients import OpenAITranscriber
 from gateway.llm.gate import GatedProvider, Priority, endpoint_gate
 from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
-from gateway.llm.provider import OpenAIProvider, OpenAITranscriber
+from gateway.llm.provider import OpenAIProvider
 from gateway.llm.server_info import PROFILE_TIMEOUT
 from gateway.llm.summary import OutputLimit, ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport

@@ -23,7 +23,7 @@ async def open_search(config: Config) -> AsyncIterator[MemorySearch]:
         if settings is None:
             search = MemorySearch(config.workspace, config.tz, db_path=index)
         else:
-            from gateway.llm.provider import OpenAIEmbedder
+            from gateway.llm.clients import OpenAIEmbedder
 
             embedder = OpenAIEmbedder(
                 base_url=settings.base_url,
