@@ -306,3 +306,33 @@ def test_the_ratio_is_bounded_smoothed_and_kept_per_model(tmp_path: Path) -> Non
     again = TokenCalibration(path, "small")
     assert again.ratio == pytest.approx(calibration.ratio, abs=1e-3) and again.learnt
     assert set(json.loads(path.read_text())["models"]) == {"small", "big"}
+
+
+async def test_a_message_bigger_than_the_context_is_cut_for_consolidation_not_kept_raw(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """One message longer than the server's whole context (a pasted file) is cut in the
+    consolidation prompt, its start and end kept and the cut named, so its chunk is
+    consolidated within the context instead of refused three times and archived raw; the
+    session file keeps the message whole."""
+    _dense(fake_llm)
+    pasted = "START " + "0123456789 " * 6000 + " END"  # ~66,000 bytes: ~49,000 dense tokens
+    async with make_runtime(LOCAL) as runtime:
+        session = await runtime.sessions.get("test:42")
+        history = _history(20)
+        history[10] = {"role": "user", "content": pasted}
+        await runtime.sessions.add_messages(session, history)
+        reply = await runtime.agent.handle(inbound("hello"))
+        assert reply is not None and reply.text == "echo: hello"
+        await runtime.consolidator.wait_idle()
+        calls = fake_llm.consolidation_requests()
+        assert calls and runtime.consolidator.failures_total == 0
+        for call in calls:
+            assert fake_llm.prompt_tokens(call) + call["max_tokens"] <= CONTEXT
+        prompts = "\n".join(json.dumps(call["messages"]) for call in calls)
+        assert "too long for one consolidation call: cut here" in prompts
+        assert "START" in prompts and "END" in prompts
+        history_md = (runtime.config.workspace / "memory" / "HISTORY.md").read_text()
+        assert "[RAW]" not in history_md
+    stored = (runtime.config.workspace / "sessions").rglob("*.jsonl")
+    assert any(pasted in path.read_text() for path in stored)

@@ -257,14 +257,14 @@ class Consolidator:
             end = await asyncio.to_thread(self._target, session, job)
             if end is None:
                 return False
-            chunks = await asyncio.to_thread(self._chunks, session, end, not job.everything)
+            chunks, cap = await asyncio.to_thread(self._chunks, session, end, not job.everything)
             end = max(end, chunks[-1][1]) if chunks else end  # the last chunk may take more
             if job.origin is None:  # its first run: the bar appears before the first call
                 job.origin = session.last_consolidated
                 self._report(session.key, job.origin, job.origin, end)
             outcome = Outcome()
             for start, stop in chunks[:MAX_CHUNKS_PER_RUN]:
-                if not await self._consolidate_chunk(session, start, stop):
+                if not await self._consolidate_chunk(session, start, stop, cap):
                     outcome.failed = True
                     break
                 outcome.chunks += 1
@@ -310,9 +310,11 @@ class Consolidator:
             archive=job.archived is not None,
         )
 
-    def _chunks(self, session: Session, end: int, fill: bool) -> list[tuple[int, int]]:
+    def _chunks(self, session: Session, end: int, fill: bool) -> tuple[list[tuple[int, int]], int]:
         """Chunks measured as the request will be: the same budget and token counter, the
-        prompt around the lines, and each message as the line the model will read.
+        prompt around the lines, and each message as the line the model will read; and the
+        bytes a line may take (the room of a whole chunk: one message longer than that is cut
+        in the prompt, or its chunk could never be asked and would end raw).
 
         With `fill`, the last chunk also takes the turns after `end` that its call has room
         for, short of the newest few (chunking.KEEP_TURNS): fewer calls for the same lines.
@@ -323,14 +325,15 @@ class Consolidator:
         most = MAX_CHUNKS_PER_RUN + 1  # one more than a run takes tells that more remains
         reach = chunking.keep_from(session.messages, start) if fill else None
 
-        @functools.cache
-        def line(index: int) -> str:
-            return self.transcript.line(session.messages[index])
-
         # Byte bounds first: when the prompt and every line a run may take fit by bytes, one
         # call takes them all, as it would by tokens (each check is a sum below the total).
         fixed = self.summariser.fixed_size(memory_text, with_memory, at_most=True)
         limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
+        cap = limit - 1  # bytes bound tokens: a line this long fits a chunk's room by either
+
+        @functools.cache
+        def line(index: int) -> str:
+            return self.transcript.line(session.messages[index], cap=cap)
 
         def bound(index: int) -> int:  # the line plus the newline that joins it to the next
             return self.counter.at_most(line(index)) + 1
@@ -341,16 +344,18 @@ class Consolidator:
             if total > limit:
                 break
         else:
-            return chunking.split(session.messages, start, end, bound, limit, most, reach)
+            return chunking.split(session.messages, start, end, bound, limit, most, reach), cap
         fixed = self.summariser.fixed_size(memory_text, with_memory)
         limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
 
         def cost(index: int) -> int:
             return self.counter.count(line(index)) + 1
 
-        return chunking.split(session.messages, start, end, cost, limit, most, reach)
+        return chunking.split(session.messages, start, end, cost, limit, most, reach), cap
 
-    async def _consolidate_chunk(self, session: Session, start: int, stop: int) -> bool:
+    async def _consolidate_chunk(
+        self, session: Session, start: int, stop: int, line_cap: int | None = None
+    ) -> bool:
         """Consolidate one chunk, retrying with backoff; False if it must wait for a later job.
 
         Any failure on the way (the model call, HISTORY.md, MEMORY.md, the session marker) counts
@@ -376,7 +381,7 @@ class Consolidator:
                     )
                 else:
                     with_memory = self._with_memory(session)
-                    await self.writer.commit(session, chunk, stop, ident, with_memory)
+                    await self.writer.commit(session, chunk, stop, ident, with_memory, line_cap)
             except (ModelCallError, MemoryChangedError, BudgetError, OSError) as exc:
                 delay = self._failed(session.key, exc)
                 if raw:

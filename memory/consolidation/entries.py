@@ -52,8 +52,9 @@ class Transcript:
         entry = entry.strip()
         return entry if _STAMP.match(entry) else f"{self.stamp(chunk)} {entry}"
 
-    def line(self, message: Message, shorten: bool = True) -> str:
-        """One message as a line; tool results cut to TOOL_RESULT_CHARS when `shorten`."""
+    def line(self, message: Message, shorten: bool = True, cap: int | None = None) -> str:
+        """One message as a line; tool results cut to TOOL_RESULT_CHARS when `shorten`, and any
+        line to at most `cap` bytes of UTF-8 (its start and end kept, the cut named)."""
         role = str(message.get("role", "?")).upper()
         content = message.get("content")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
@@ -62,7 +63,10 @@ class Transcript:
             text = f"{text} [called {names}]".strip()
         if role == "TOOL" and shorten and len(text) > TOOL_RESULT_CHARS:
             text = text[:TOOL_RESULT_CHARS] + " [...]"
-        return f"{self.when(message).strftime('[%Y-%m-%d %H:%M]')} {role}: {text}"
+        head = f"{self.when(message).strftime('[%Y-%m-%d %H:%M]')} {role}: "
+        if cap is not None:
+            text = _within_bytes(text, cap - len(head.encode()))
+        return head + text
 
     def raw_entry(self, chunk: list[Message]) -> str:
         """The chunk verbatim (lines capped at RAW_CAP characters) as a `[RAW]` HISTORY.md entry."""
@@ -70,6 +74,20 @@ class Transcript:
         if len(body) > RAW_CAP:
             body = body[:RAW_CAP] + f"\n[... {len(body) - RAW_CAP} characters truncated]"
         return f"{self.stamp(chunk)} [RAW] {len(chunk)} messages\n{body}"
+
+
+def _within_bytes(text: str, room: int) -> str:
+    """`text` if its UTF-8 fits `room` bytes; else its first two thirds and last third of that
+    room around a note of how much was cut (a message bigger than a whole consolidation call
+    can hold: the session file keeps it whole)."""
+    data = text.encode()
+    if len(data) <= room:
+        return text
+    note = f" [... {len(data)} bytes, too long for one consolidation call: cut here ...] "
+    keep = max(0, room - len(note.encode()))
+    start = data[: keep * 2 // 3].decode(errors="ignore")
+    end = data[len(data) - (keep - keep * 2 // 3) :].decode(errors="ignore") if keep else ""
+    return start + note + end
 
 
 class ChunkWriter:
@@ -88,15 +106,22 @@ class ChunkWriter:
         self.transcript = transcript
 
     async def commit(
-        self, session: Session, chunk: list[Message], stop: int, ident: str, with_memory: bool
+        self,
+        session: Session,
+        chunk: list[Message],
+        stop: int,
+        ident: str,
+        with_memory: bool,
+        line_cap: int | None = None,
     ) -> None:
         """Ask the model, then write HISTORY.md, MEMORY.md and the marker, in that order.
 
         HISTORY.md is tagged with `ident`, so a retry after a failure further on does not append
         the entry twice. MEMORY.md is written only if it still holds the text the model merged
-        into; if it changed meanwhile, the merge is asked again against the new text.
+        into; if it changed meanwhile, the merge is asked again against the new text. Each line
+        is cut to `line_cap` bytes, as the chunk was planned.
         """
-        lines = [self.transcript.line(m) for m in chunk]
+        lines = [self.transcript.line(m, cap=line_cap) for m in chunk]
         for _ in range(MERGE_ATTEMPTS):
             before = await self.files.aread_memory() if with_memory else ""
             history_entry, memory_update = await self.summariser.ask(lines, before, with_memory)
