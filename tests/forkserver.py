@@ -41,7 +41,10 @@ WARM_MODULES = (
     "gateway.cli.stores",
     "gateway.cli.doctor",
     "gateway.service.app",
+    "gateway.service.run",
     "gateway.llm.provider",
+    "channels.telegram.channel",
+    "channels.discord.channel",
 )
 
 
@@ -51,6 +54,9 @@ def serve(path: str) -> None:
 
     for name in WARM_MODULES:
         importlib.import_module(name)
+    # A fork copies only the thread that forks: an import that left a thread running would
+    # leave every child with a lock no one can release.
+    assert threading.active_count() == 1, "an import started a thread"
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
@@ -66,6 +72,7 @@ def serve(path: str) -> None:
                 pid = _start(connection, listener, children)
                 if pid:
                     children[pid] = connection
+                    connection.send(f"pid:{pid}".encode())
             else:  # the test went away (a timeout, a failure): its command goes too
                 for pid, connection in list(children.items()):
                     if connection is ready and not connection.recv(16):
@@ -75,7 +82,7 @@ def serve(path: str) -> None:
             if done:
                 connection = children.pop(pid)
                 try:
-                    connection.send(str(os.waitstatus_to_exitcode(status)).encode())
+                    connection.send(f"exit:{os.waitstatus_to_exitcode(status)}".encode())
                 except OSError:
                     pass  # the test is gone already
                 connection.close()
@@ -163,33 +170,72 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+class ForkedProcess:
+    """A forked command as a test sees a child process: its pid, signals sent to it, and its
+    exit status (set as soon as it ends, as asyncio's child watcher sets a subprocess's)."""
+
+    def __init__(self, connection: socket.socket, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._connection = connection
+        self._ended = asyncio.ensure_future(self._exit_status())
+
+    async def _exit_status(self) -> int:
+        loop = asyncio.get_running_loop()
+        try:
+            message = await loop.sock_recv(self._connection, 64)
+        finally:
+            self._connection.close()  # before the end (a cancelled test): the server kills it
+        self.returncode = int(message.decode().removeprefix("exit:"))
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, number)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._ended)
+
+    def discard(self) -> None:
+        """Stop waiting (the test is over): the server kills the command if it still runs."""
+        self._ended.cancel()
+
+
+async def start_forked(
+    args: list[str], env: dict[str, str], stdin: int, stdout: int, stderr: int
+) -> ForkedProcess:
+    """`memgate *args` with `env`, its standard streams on the given descriptors (the caller
+    keeps and closes its own copies)."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    connection.connect(_server_path())
+    request = {"argv": args, "env": env, "cwd": os.getcwd()}
+    socket.send_fds(connection, [json.dumps(request).encode()], [stdin, stdout, stderr])
+    connection.setblocking(False)
+    message = await asyncio.get_running_loop().sock_recv(connection, 64)
+    return ForkedProcess(connection, int(message.decode().removeprefix("pid:")))
+
+
 async def run_forked(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """`memgate *args` with `env` and stdin from /dev/null: (exit status, stdout, stderr).
 
     Bounded by the caller: a cancelled run closes its connection, and the server kills it."""
-    path = _server_path()
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     stdin = os.open(os.devnull, os.O_RDONLY)
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        connection.connect(path)
-        request = {"argv": args, "env": env, "cwd": os.getcwd()}
-        socket.send_fds(connection, [json.dumps(request).encode()], [stdin, out_write, err_write])
+        process = await start_forked(args, env, stdin, out_write, err_write)
     finally:
         for fd in (stdin, out_write, err_write):
             os.close(fd)
-    connection.setblocking(False)
-    loop = asyncio.get_running_loop()
     try:
         out, err, status = await asyncio.gather(
             asyncio.to_thread(_read_all, out_read),
             asyncio.to_thread(_read_all, err_read),
-            loop.sock_recv(connection, 16),
+            process.wait(),
         )
     finally:
-        connection.close()  # before the end: the server kills the child
-    return int(status), out.decode(), err.decode()
+        process.discard()
+    return status, out.decode(), err.decode()
 
 
 if __name__ == "__main__":

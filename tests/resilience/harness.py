@@ -1,7 +1,8 @@
 """`memgate run` as a child process against the fake LLM and the fake Bot API.
 
 The suites start, SIGKILL and SIGTERM the real service exactly as systemd would, and read what it
-left on disk. The config is written as JSON (which is YAML) with the secrets as `${VAR}` references
+left on disk. Each start is forked from a warm interpreter (tests/forkserver.py) unless
+MEMGATE_TEST_FORK=0. The config is written as JSON (which is YAML) with the secrets as `${VAR}` references
 resolved from the child's environment, as an env file would provide them.
 """
 
@@ -23,6 +24,7 @@ import aiohttp
 from tests.conftest import deep_merge, listen_port
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram_api import TOKEN, FakeTelegram
+from tests.forkserver import ForkedProcess, start_forked
 
 API_KEY = "sk-resilience-4f7a9c2e8b1d6053"
 SECRETS = {"OPENAI_API_KEY": API_KEY, "TELEGRAM_BOT_TOKEN": TOKEN}
@@ -49,7 +51,7 @@ class Gateway:
     telegram: FakeTelegram
     settings: dict[str, Any] = field(default_factory=dict)  # merged over the base config
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the child
-    process: asyncio.subprocess.Process | None = None
+    process: asyncio.subprocess.Process | ForkedProcess | None = None
     starts: int = 0
     port: int = field(default_factory=listen_port)
 
@@ -116,16 +118,25 @@ class Gateway:
             "HOME": str(self.home),
             **self.env,
         }
+        args = ["run", "--config", str(self.config_path)]
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts} ---\n".encode())
             log.flush()
-            self.process = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "gateway", "run", "--config", str(self.config_path)),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-            )
+            if os.environ.get("MEMGATE_TEST_FORK") == "0":
+                self.process = await asyncio.create_subprocess_exec(
+                    *(sys.executable, "-m", "gateway", *args),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                )
+            else:  # forked from a warm interpreter (tests/forkserver.py): the same process
+                stdin = os.open(os.devnull, os.O_RDONLY)
+                try:
+                    fd = log.fileno()
+                    self.process = await start_forked(args, env, stdin, fd, fd)
+                finally:
+                    os.close(stdin)
         if ready:
             await self.wait_ready()
 
