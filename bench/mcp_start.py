@@ -26,6 +26,7 @@ import yaml
 
 from bench.configs import memgate_config
 from bench.runner import Bench, System
+from bench.startup import time_once
 from bench.stats import Row
 from bench.venvs import REPO
 from tests.fakes.telegram_api import TOKEN as TELEGRAM_TOKEN
@@ -49,25 +50,6 @@ def _free_port() -> int:
         return port
 
 
-def _chat_once(command: list[str], bench: Bench) -> tuple[float, float]:
-    """Seconds from spawn to the reply on stdout, and to exit."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, env=bench.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    first = None
-    for line in process.stdout:
-        if first is None and f"echo: {MESSAGE}" in line:
-            first = time.perf_counter() - started
-    code = process.wait(timeout=120)
-    ended = time.perf_counter() - started
-    if code != 0 or first is None:
-        error = process.stderr.read() if process.stderr else ""
-        raise RuntimeError(f"memgate chat exited {code} without the reply:\n{error[-2000:]}")
-    return first, ended
-
-
 def _chat(bench: Bench, memgate: System, runs: int) -> dict[str, list[float]]:
     """chat -m without and with the servers: ms to the reply and to exit, per run."""
     commands = {}
@@ -85,12 +67,14 @@ def _chat(bench: Bench, memgate: System, runs: int) -> dict[str, list[float]]:
             capture_output=True,
         )
         commands[label] = [str(memgate.cli), "chat", "-m", MESSAGE, "--config", str(path)]
-        _chat_once(commands[label], bench)  # untimed: the workspace, and what the servers list
+        time_once(
+            commands[label], bench, within=120
+        )  # untimed: the workspace, and what the servers list
     times: dict[str, list[float]] = {}
     for number in range(runs):
         for label, command in commands.items():
             print(f"  mcp chat -m {label} run {number + 1}/{runs}", flush=True)
-            reply, ended = _chat_once(command, bench)
+            reply, ended = time_once(command, bench, within=120)
             times.setdefault(f"{label}.first", []).append(reply * 1000)
             times.setdefault(f"{label}.exit", []).append(ended * 1000)
     times["ratio"] = [

@@ -36,8 +36,8 @@ def _command(system: System, root: Path, llm: str) -> list[str]:
     return [str(system.cli), "agent", "-m", MESSAGE, "--config", str(config), "--no-markdown"]
 
 
-def _time_once(command: list[str], bench: Bench) -> tuple[float, float]:
-    """Seconds from spawn to the reply on stdout, and to exit."""
+def time_once(command: list[str], bench: Bench, within: float = 60) -> tuple[float, float]:
+    """Seconds from spawn to the reply on stdout, and to exit (within `within` s)."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command, env=bench.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -47,7 +47,7 @@ def _time_once(command: list[str], bench: Bench) -> tuple[float, float]:
     for line in process.stdout:
         if first is None and f"echo: {MESSAGE}" in line:
             first = time.perf_counter() - started
-    code = process.wait(timeout=60)
+    code = process.wait(timeout=within)
     ended = time.perf_counter() - started
     if code != 0 or first is None:
         error = process.stderr.read() if process.stderr else ""
@@ -68,13 +68,13 @@ def startup(bench: Bench, systems: list[System], runs: int) -> list[Row]:
                 check=True,
                 capture_output=True,
             )
-        _time_once(commands[system.name], bench)
+        time_once(commands[system.name], bench)
     first: dict[str, list[float]] = {s.name: [] for s in systems}
     exit_: dict[str, list[float]] = {s.name: [] for s in systems}
     for number in range(runs):
         for system in systems:
             print(f"  startup {system.name} run {number + 1}/{runs}", flush=True)
-            reply, ended = _time_once(commands[system.name], bench)
+            reply, ended = time_once(commands[system.name], bench)
             first[system.name].append(reply * 1000)
             exit_[system.name].append(ended * 1000)
     attached = _attached(bench, systems, commands, runs) if "memgate" in commands else []
@@ -172,11 +172,11 @@ def _attached(
                 raise RuntimeError("memgate run did not open its control socket")
             time.sleep(0.05)
         command = [*commands["memgate"][:-1], str(path)]
-        _time_once(command, bench)  # untimed, as the others
+        time_once(command, bench)  # untimed, as the others
         times = []
         for number in range(runs):
             print(f"  startup memgate attached run {number + 1}/{runs}", flush=True)
-            times.append(_time_once(command, bench)[0] * 1000)
+            times.append(time_once(command, bench)[0] * 1000)
         return times
     finally:
         for process in reversed(processes):  # the service first, while Telegram still answers
