@@ -168,16 +168,27 @@ class Sandbox:
         process tree is killed and the note says why."""
         argv = self.argv(command)
         user = _unprivileged(self.workspace)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.workspace,
-            env=self.environment(),
-            start_new_session=True,  # one process group to kill, apart from memgate's
-            **user,
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.workspace,
+                env=self.environment(),
+                start_new_session=True,  # one process group to kill, apart from memgate's
+                **user,
+            )
         )
+        try:
+            # Shielded: cancelled while its pipes connect, asyncio kills the child and then waits
+            # for the exit to be reported, which under load was seen never to come (a /stop hung
+            # its turn). Here the start is let finish and the whole group killed at once.
+            process = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            started = await spawn
+            _kill_tree(started.pid)
+            raise
         assert process.stdout is not None and process.stderr is not None
         cap = self.limits.output_chars
         over = asyncio.Event()
