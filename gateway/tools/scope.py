@@ -130,6 +130,11 @@ class ScopeGuard:
             raise PathRefusedError(
                 f"{raw!r} cannot be opened: a symlink loop or a broken path"
             ) from None
+        # At a symlink loop, resolving gives up and joins the rest of the path by its text, `..`
+        # folded away: `loop/../out_link/x` came back as `out_link/x`, inside by its text, and
+        # the kernel then followed `out_link` outside. A fully resolved path has no link in it.
+        if ".." in resolved.parts or _through_link(resolved):
+            raise PathRefusedError(f"{raw!r} cannot be opened: a symlink loop or a broken path")
         # Refused to every scope, even if the state folder was configured inside the workspace.
         if _under(resolved.parts, self.state_dir.parts, fold=True):
             raise PathRefusedError(f"{raw!r} is kept by memgate itself and no tool can reach it")
@@ -158,6 +163,16 @@ class ScopeGuard:
         """Whether two resolved paths name the same file, folding case where the filesystem does."""
         a, b = path.parts, other.resolve().parts
         return _fold(a) == _fold(b) if self.folds else a == b
+
+
+def _through_link(path: Path) -> bool:
+    """Whether any folder on the way to `path`, or `path` itself, is a symlink."""
+    probe = path
+    while probe != probe.parent:
+        if probe.is_symlink():
+            return True
+        probe = probe.parent
+    return False
 
 
 def folds_case(path: Path) -> bool:

@@ -240,6 +240,20 @@ def test_no_generated_path_leaves_the_workspace(
     assert _snapshot(workspace / "sessions") | _snapshot(state) == before_managed
 
 
+def test_a_path_that_passes_a_symlink_loop_is_refused(tmp_path: Path) -> None:
+    """Past a symlink loop, resolving gives up and folds the rest by its text (`loop/..` is
+    dropped, so `loop/../out_link/x` reads as `out_link/x`, which the kernel follows outside):
+    such a path is refused as a loop, never judged by its text."""
+    outside, workspace = _jail(tmp_path)
+    files = _files(workspace)
+    for raw in (f"{workspace}/loop/../out_link/x", "loop/../out_link/loop/../%2e%2e", "loop/x"):
+        with pytest.raises(ToolError, match="symlink loop"):
+            files.resolve(raw)
+        with pytest.raises(ToolError, match="symlink loop"):
+            files.resolve(raw, writing=True)
+    assert files.resolve("in_link/a.md") == workspace / "notes" / "a.md"  # a link that resolves
+
+
 # -- splitting ------------------------------------------------------------------------------------
 _PROSE = st.lists(
     st.sampled_from(
