@@ -252,6 +252,14 @@ def test_a_path_that_passes_a_symlink_loop_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ToolError, match="symlink loop"):
             files.resolve(raw, writing=True)
     assert files.resolve("in_link/a.md") == workspace / "notes" / "a.md"  # a link that resolves
+    before = _snapshot(outside)
+    registry = ToolRegistry()
+    for tool in files.tools():
+        registry.add(tool)
+    arguments = {"path": "loop/../out_link/escaped.txt", "content": "written"}
+    output = asyncio.run(registry.execute("write_file", json.dumps(arguments)))
+    assert "symlink loop" in output
+    assert _snapshot(outside) == before
 
 
 # -- splitting ------------------------------------------------------------------------------------
