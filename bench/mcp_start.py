@@ -67,14 +67,13 @@ def _chat(bench: Bench, memgate: System, runs: int) -> dict[str, list[float]]:
             capture_output=True,
         )
         commands[label] = [str(memgate.cli), "chat", "-m", MESSAGE, "--config", str(path)]
-        time_once(
-            commands[label], bench, within=120
-        )  # untimed: the workspace, and what the servers list
+        # Untimed: the workspace, and what the servers list.
+        time_once(commands[label], bench, within=120, message=MESSAGE)
     times: dict[str, list[float]] = {}
     for number in range(runs):
         for label, command in commands.items():
             print(f"  mcp chat -m {label} run {number + 1}/{runs}", flush=True)
-            reply, ended = time_once(command, bench, within=120)
+            reply, ended = time_once(command, bench, within=120, message=MESSAGE)
             times.setdefault(f"{label}.first", []).append(reply * 1000)
             times.setdefault(f"{label}.exit", []).append(ended * 1000)
     times["ratio"] = [

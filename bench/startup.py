@@ -36,8 +36,10 @@ def _command(system: System, root: Path, llm: str) -> list[str]:
     return [str(system.cli), "agent", "-m", MESSAGE, "--config", str(config), "--no-markdown"]
 
 
-def time_once(command: list[str], bench: Bench, within: float = 60) -> tuple[float, float]:
-    """Seconds from spawn to the reply on stdout, and to exit (within `within` s)."""
+def time_once(
+    command: list[str], bench: Bench, within: float = 60, message: str = MESSAGE
+) -> tuple[float, float]:
+    """Seconds from spawn to the reply to `message` on stdout, and to exit (within `within` s)."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command, env=bench.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -45,7 +47,7 @@ def time_once(command: list[str], bench: Bench, within: float = 60) -> tuple[flo
     assert process.stdout is not None
     first = None
     for line in process.stdout:
-        if first is None and f"echo: {MESSAGE}" in line:
+        if first is None and f"echo: {message}" in line:
             first = time.perf_counter() - started
     code = process.wait(timeout=within)
     ended = time.perf_counter() - started
