@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
+from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
 from gateway.config.tools import ToolsConfig
 
@@ -177,45 +178,6 @@ class AgentConfig(_Section):
     """Tool calls in one turn before memgate stops the loop."""
     max_concurrency: int = Field(8, ge=1, le=256)
     """Conversations answered at the same time; their requests to the model then wait for llm.max_concurrency."""
-
-
-GroupPolicy = Literal["mention", "open", "off"]
-DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
-
-
-class ChatChannelConfig(_Section):
-    """What every chat platform's section has.
-
-    These keys are documented once for every platform: a `{term}` in a meaning is replaced by the
-    platform's own word from its `doc_terms` (gateway/config/reference.py).
-    """
-
-    doc_terms: ClassVar[dict[str, str]] = {}
-
-    enabled: bool = False
-    """Run this channel in `memgate run`."""
-    token: str = ""
-    """The bot token (keep it in the env file, e.g. {token_variable})."""
-    allow_from: list[str] = []  # user ids (Telegram: or @usernames); ["*"] everyone; [] nobody
-    """Who may talk to the bot: {senders}; [] nobody (their ids are logged), [\"*\"] everyone."""
-    group_policy: GroupPolicy = "mention"
-    """In groups: mention (answer when mentioned or replied to), open (every message) or off."""
-    dm_policy: DmPolicy = "pairing"
-    """DMs from people not in allow_from: pairing (they get a code an owner approves), allowlist (ignored), open (anyone; needs allow_from ["*"]) or disabled (no DMs at all)."""
-    streaming: Literal["on", "off"] = "on"
-    """on: replies show while they are written (a draft, or a message edited about once a second); off: each reply arrives whole."""
-
-    @field_validator("allow_from", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        # YAML reads `allow_from: [12345]` as integers; ids are compared as strings.
-        return [str(v) for v in value] if isinstance(value, list) else value
-
-    @field_validator("streaming", mode="before")
-    @classmethod
-    def _on_off(cls, value: Any) -> Any:
-        # YAML 1.1 reads a bare `on` / `off` as a boolean.
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 class TelegramConfig(ChatChannelConfig):
