@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.service.app import Runtime
+from gateway.service.app import Runtime, open_runtime
+from gateway.service.run import release_mcp
 from gateway.tools.mcp import STARTING, UP, McpServers
-from tests.conftest import RuntimeFactory, inbound
+from tests.conftest import RuntimeFactory, build_config, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import stdio_server
 
@@ -124,3 +125,41 @@ async def test_a_server_that_never_connects_answers_unavailable_after_its_timeou
         [result] = tool_results(fake_llm.chat_requests()[-1])
         assert result.startswith("Error: the MCP server 'demo' is unavailable right now")
         assert "no answer within 5 s" in result
+
+
+async def test_held_servers_start_only_once_no_message_is_being_answered(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """memgate run lets its MCP servers start after the answer in progress, not during it."""
+    config = build_config(tmp_path / "workspace", fake_llm.url, servers(demo=stdio_server()))
+    async with open_runtime(config, mcp_held=True) as runtime:
+        hold = asyncio.Event()
+        fake_llm.push(text("hello"), hold=hold)
+        turn = asyncio.create_task(runtime.agent.handle(inbound("hi")))
+        await fake_llm.wait_for_requests(1, "chat", within=20)
+        release = asyncio.create_task(release_mcp(mcp_of(runtime), [], runtime.agent.activity))
+        for _ in range(20):  # let the release task run as far as it can
+            await asyncio.sleep(0)
+        assert not release.done() and not mcp_of(runtime).released
+        hold.set()
+        async with asyncio.timeout(30):
+            await turn
+            await release
+        assert mcp_of(runtime).released
+
+
+async def test_a_call_to_a_held_server_lets_it_start(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A remembered tool called before the servers are released starts them and works."""
+    config = servers(demo=stdio_server(start_timeout=10))
+    await remember(make_runtime, config)
+    built = build_config(tmp_path / "workspace", fake_llm.url, config)
+    async with open_runtime(built, mcp_held=True) as runtime:
+        assert not mcp_of(runtime).released
+        fake_llm.push(tool_call("demo__add", {"a": 2, "b": 40}, call_id="c1"))
+        fake_llm.push(text("It is 42."))
+        async with asyncio.timeout(30):
+            reply = await runtime.agent.handle(inbound("add 2 and 40"))
+        assert reply is not None and reply.text == "It is 42."
+        assert tool_results(fake_llm.chat_requests()[-1]) == ["42"]

@@ -33,7 +33,7 @@ from gateway.agent.session_lock import SessionLock
 from gateway.agent.status import chat_status
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
 from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
-from gateway.agent.watchers import MemoryKeeper, TurnObserver, TurnStats
+from gateway.agent.watchers import Activity, MemoryKeeper, TurnObserver, TurnStats
 from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
@@ -102,6 +102,7 @@ class AgentLoop:
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
+        self.activity = Activity()  # memgate run starts MCP servers once it is quiet
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(
@@ -114,6 +115,12 @@ class AgentLoop:
         and a short apology naming the cause, marked `failed`. With a `stream`, the answer is
         written to it as the model produces it; the reply returned is the whole of it.
         """
+        with self.activity.answering():
+            return await self._answer(message, stream)
+
+    async def _answer(
+        self, message: InboundMessage, stream: ReplyStream | None
+    ) -> OutboundMessage | None:
         started = time.monotonic()
         stats = TurnStats()
         if self.observer is not None:

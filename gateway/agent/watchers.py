@@ -1,9 +1,14 @@
 """Who hears about the agent's turns without the turn waiting for them: the memory keeper
-(consolidation, told after each turn and each `/new`) and the turn observer (the metrics), and
+(consolidation, told after each turn and each `/new`), the turn observer (the metrics), the
+agent's activity (what optional work waits on, to start while no one waits for an answer), and
 the figures one turn adds up for them."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,3 +47,34 @@ class TurnStats:
     # The stored, owed answer this turn returns (new, or one a restart kept from its chat).
     session: Session | None = None
     answer: Message | None = None
+
+
+class Activity:
+    """Counts the messages being answered, and says when none has been for a while."""
+
+    def __init__(self) -> None:
+        self._answering = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._last_end = time.monotonic()
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        self._answering += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._answering -= 1
+            self._last_end = time.monotonic()
+            if not self._answering:
+                self._idle.set()
+
+    async def quiet_for(self, seconds: float) -> None:
+        """Return once no message has been answered for `seconds` (at once if that holds)."""
+        while True:
+            await self._idle.wait()
+            left = seconds - (time.monotonic() - self._last_end)
+            if left <= 0:
+                return
+            await asyncio.sleep(left)  # then look again: a message may have come meanwhile

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from channels.base import Channel, ChatCommands
 from channels.pairing import PairingStore
 from gateway.agent.commands import command_menu, greeting
+from gateway.agent.watchers import Activity
 from gateway.automation.heartbeat import Heartbeat
 from gateway.automation.scheduler import ChannelReady, Deliver, Owners
 from gateway.bus import OutboundMessage
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MCP_HOLD = 10.0  # seconds MCP servers wait for the channels before they start anyway
+MCP_QUIET = 0.5  # seconds with no message being answered before MCP servers start
 
 
 def build_channels(
@@ -204,13 +206,16 @@ def optional_states(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-async def release_mcp(mcp: McpServers, channels: Sequence[Channel]) -> None:
-    """Let the MCP servers start once every channel is connected, or after MCP_HOLD at most: the
-    SDK's import (seconds on a busy machine) would take the interpreter from the channels' start."""
+async def release_mcp(mcp: McpServers, channels: Sequence[Channel], activity: Activity) -> None:
+    """Let the MCP servers start once every channel is connected and no message has been answered
+    for MCP_QUIET, or after MCP_HOLD at most: the SDK's import (seconds of the interpreter on a
+    busy machine) would slow the channels' start and the first answers, which need no server
+    unless they call one of its tools (a call lets the servers go at once)."""
     with suppress(TimeoutError):
         async with asyncio.timeout(MCP_HOLD):
             for channel in channels:
                 await channel.ready.wait()
+            await activity.quiet_for(MCP_QUIET)
     mcp.release()
 
 
@@ -273,7 +278,9 @@ async def _supervise(
         stopping = group.create_task(stop.wait(), name="stop-signal")
         mcp = runtime.mcp
         if mcp is not None:  # not one of `tasks`: its end is no reason to stop
-            released = group.create_task(release_mcp(mcp, channels), name="mcp-release")
+            released = group.create_task(
+                release_mcp(mcp, channels, runtime.agent.activity), name="mcp-release"
+            )
             stopping.add_done_callback(lambda _: released.cancel())
         # A channel that ends on its own (a fatal error) stops the whole gateway, so the
         # supervisor (systemd) can restart it; the task group raises its error for us.

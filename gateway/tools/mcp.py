@@ -188,8 +188,11 @@ class McpConnection:
     async def call(self, tool: RemoteTool, arguments: dict[str, Any]) -> str:
         """Call one tool; timeouts, a dead server and protocol errors become ToolError.
 
-        Before the first start has ended (a remembered tool) the call waits for it.
+        Before the first start has ended (a remembered tool) the call waits for it. A server still
+        held (memgate run lets them start once it is idle) is let go at once: a tool is wanted.
         """
+        if self.go is not None:
+            self.go.set()
         if not self._started.is_set():
             try:
                 # `run()` gives up at start_timeout, then takes a stopped server's grace to say so.
@@ -313,6 +316,10 @@ class McpServers:
     def release(self) -> None:
         """Let held servers start."""
         self._go.set()
+
+    @property
+    def released(self) -> bool:
+        return self._go.is_set()
 
     async def start(self, group: asyncio.TaskGroup) -> None:
         """Start every server in parallel in `group`; return once each is up or has failed.
