@@ -15,12 +15,9 @@ import gc
 import itertools
 import json
 import signal
-import socket
 import statistics
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ import yaml
 
 from bench import busy_data
 from bench.configs import memgate_config
+from bench.fake_telegram import FakeTelegramProcess
 from bench.protocol import Run, run_driver
 from bench.runner import Bench
 from bench.stats import Row, percentile
@@ -48,48 +46,12 @@ def _status_mb(pid: int, field: str) -> float:
     raise RuntimeError(f"no {field} in /proc/{pid}/status (Linux only)")
 
 
-class FakeTelegramProcess:
-    """The fake Bot API as a server of its own, driven through its /ctl/ routes."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.process = subprocess.Popen(
-            [str(PYTHON), "-m", "tests.fakes.telegram_api", "--port", str(self.port)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        self.process.stdout.readline()  # its "listening" line
-        self.root = f"http://127.0.0.1:{self.port}"
-
-    def send(self, chat_id: int, text: str, message_id: int) -> None:
-        """A private message; `message_id` unique across runs on one workspace (a repeated one
-        is a replay memgate skips)."""
-        query = f"?user_id={chat_id}&message_id={message_id}&text={urllib.parse.quote(text)}"
-        request = urllib.request.Request(f"{self.root}/ctl/message{query}", method="POST")
-        urllib.request.urlopen(request, timeout=10).close()
-
-    def sent(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.root}/ctl/sent", timeout=10) as response:
-            result: list[dict[str, Any]] = json.loads(response.read())
-            return result
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-
-
 def _serve_once(
     bench: Bench, workspace: Path, state_dir: Path, chats: list[int], label: str, number: int
 ) -> dict[str, float]:
     """One `memgate run`: start to the first reply in chats[0], then one turn in each of the next
     TALKING_CHATS chats; RSS at both points."""
-    telegram = FakeTelegramProcess(bench.env)
+    telegram = FakeTelegramProcess(PYTHON, bench.env)
     service: subprocess.Popen[bytes] | None = None
     try:
         config = memgate_config(workspace, bench.llm.url)

@@ -11,13 +11,10 @@ beside it. `python -m bench --only i` runs this figure alone.
 
 from __future__ import annotations
 
-import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 import yaml
 
 from bench.configs import memgate_config
+from bench.fake_telegram import FakeTelegramProcess, free_port
 from bench.runner import Bench, System
 from bench.startup import time_once
 from bench.stats import Row
@@ -41,13 +39,6 @@ def _servers(python: Path) -> dict[str, Any]:
     servers: dict[str, Any] = {name: {**fake, "cwd": str(REPO)} for name in ("one", "two", "three")}
     servers["hang"] = {"command": "sleep", "args": ["3600"], "start_timeout": HANG_TIMEOUT}
     return servers
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _chat(bench: Bench, memgate: System, runs: int) -> dict[str, list[float]]:
@@ -82,37 +73,6 @@ def _chat(bench: Bench, memgate: System, runs: int) -> dict[str, list[float]]:
     return times
 
 
-class _Telegram:
-    """The fake Bot API as a process of its own, driven through its /ctl/ routes."""
-
-    def __init__(self, python: Path, env: dict[str, str]) -> None:
-        self.port = _free_port()
-        self.process = subprocess.Popen(
-            [str(python), "-m", "tests.fakes.telegram_api", "--port", str(self.port)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        self.process.stdout.readline()  # its "listening" line
-        self.root = f"http://127.0.0.1:{self.port}"
-
-    def send(self, chat_id: int, text: str) -> None:
-        query = f"?user_id={chat_id}&text={urllib.parse.quote(text)}"
-        request = urllib.request.Request(f"{self.root}/ctl/message{query}", method="POST")
-        urllib.request.urlopen(request, timeout=10).close()
-
-    def answered(self) -> bool:
-        with urllib.request.urlopen(f"{self.root}/ctl/sent", timeout=10) as response:
-            return bool(json.loads(response.read()))
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-
-
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -124,12 +84,12 @@ def _healthy(url: str) -> bool:
 def _serve_once(bench: Bench, memgate: System, with_mcp: bool) -> dict[str, float]:
     """One `memgate run`: ms from spawn to healthy, to the queued message's answer, and from
     SIGTERM to exit."""
-    telegram = _Telegram(memgate.python, bench.env)
+    telegram = FakeTelegramProcess(memgate.python, bench.env)
     service: subprocess.Popen[bytes] | None = None
     try:
         root = bench.workdir("mcp-run")
         config = memgate_config(root / "workspace", bench.llm.url)
-        port = _free_port()
+        port = free_port()
         config["health"] = {"listen": f"127.0.0.1:{port}"}
         config["channels"] = {
             "telegram": {
@@ -160,7 +120,7 @@ def _serve_once(bench: Bench, memgate: System, with_mcp: bool) -> dict[str, floa
             now = time.perf_counter()
             if healthy is None and _healthy(url):
                 healthy = now - started
-            if answered is None and telegram.answered():
+            if answered is None and telegram.sent():
                 answered = now - started
             time.sleep(0.005)
         stopping = time.perf_counter()
