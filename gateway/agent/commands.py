@@ -64,6 +64,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
         _EVERYWHERE,
     ),
     CommandSpec(
+        "tasks",
+        "Background tasks of this chat",
+        "the background tasks running for this chat (/stop stops them too)",
+        frozenset({"help"}),
+    ),
+    CommandSpec(
         "approve",
         "Run a command I asked about",
         "run the command I asked to run (the owner, in the chat it was asked in)",

@@ -31,6 +31,7 @@ from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
 from gateway.agent.status import chat_status
+from gateway.agent.subagents import Subagents, stop_reply
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
 from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
 from gateway.agent.watchers import Activity, MemoryKeeper, TurnObserver, TurnStats
@@ -102,6 +103,7 @@ class AgentLoop:
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
+        self.subagents: Subagents | None = None  # background agents (`spawn`), where they run
         self.activity = Activity()  # memgate run starts MCP servers once it is quiet
 
     # -- entry point -------------------------------------------------------------------------------
@@ -225,12 +227,17 @@ class AgentLoop:
         if name == "help":
             return help_text(message.channel)
         if name == "stop":
+            tasks = self.subagents.stop(key) if self.subagents is not None else 0
             turn = self._running.get(key)
             if turn is None or turn.done():
-                return "Nothing to stop."
+                return stop_reply(False, tasks)
             self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
             turn.cancel()
-            return "Stopped."
+            return stop_reply(True, tasks)
+        if name == "tasks":
+            if self.subagents is None:
+                return "Background tasks are not available here."
+            return self.subagents.describe(key)
         if name == "status":
             memory = self.config.memory
             with_memory = scope_for(message, memory.groups, memory.guests).memory

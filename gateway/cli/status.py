@@ -7,6 +7,7 @@ from typing import Any
 
 from channels.inbox import waiting
 from channels.pairing import PairingError, PairingStore
+from gateway.agent.subagents import describe_listed
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.fields import mask_url
 from gateway.config.models import ChatChannelConfig, Config
@@ -111,6 +112,7 @@ def describe(config: Config) -> str:
             describe_mcp(config),
             f"exec:       {describe_exec(config.tools.exec)}",
             describe_jobs(config),
+            describe_listed(config.state_dir),
             *describe_failures(config),
         ]
     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
+from gateway.config.subagents import SubagentsConfig
 from gateway.config.tools import ToolsConfig
 
 
@@ -178,6 +179,8 @@ class AgentConfig(_Section):
     """Tool calls in one turn before memgate stops the loop."""
     max_concurrency: int = Field(8, ge=1, le=256)
     """Conversations answered at the same time; their requests to the model then wait for llm.max_concurrency."""
+    subagents: SubagentsConfig = SubagentsConfig()
+    """Background agents started with the spawn tool (see README, "Background tasks")."""
 
 
 class TelegramConfig(ChatChannelConfig):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from gateway.agent.context import ContextBuilder
 from gateway.agent.loop import AgentLoop
+from gateway.agent.subagent_turn import SubagentTurn
+from gateway.agent.subagents import Subagents
 from gateway.automation.clock import Clock, SystemClock
 from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
@@ -259,6 +261,13 @@ async def _build_runtime(
             media=media,
             jobs_command=job_tools.command,
         )
+        if config.agent.subagents.enabled:  # `spawn`; its tasks run under `memgate run`
+            turn = SubagentTurn(
+                provider=provider, sessions=sessions, tools=tools, context=agent.context,
+                budget=budget, keeper=consolidator,
+            )  # fmt: skip
+            agent.subagents = Subagents(config.agent.subagents, config.state_dir, turn)
+            tools.add_owner_tool(agent.subagents.tool())
         worker = group.create_task(consolidator.run(), name="consolidator")
         # Archival a previous process left unfinished is looked for beside the first replies:
         # after a year of /new the archive holds thousands of files.

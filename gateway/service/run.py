@@ -267,6 +267,9 @@ async def _supervise(
             tasks.append(group.create_task(health(), name="health"))
         jobs = runtime.scheduler.run(runtime.agent, deliver, owners, chat_ready(channels))
         tasks.append(group.create_task(jobs, name="scheduler"))
+        if (background := runtime.agent.subagents) is not None:  # `spawn`'s tasks, and results
+            work = background.run(runtime.agent.job_message, deliver, chat_ready(channels))
+            tasks.append(group.create_task(work, name="subagents"))
         if automation.heartbeat and automation.home:
             beat = Heartbeat(
                 config.workspace, automation.home, automation.heartbeat, runtime.scheduler.clock

@@ -71,6 +71,14 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def without(self, *names: str) -> ToolRegistry:
+        """A new registry of these tools but `names` (a background agent's narrower set)."""
+        narrower = ToolRegistry()
+        for tool in self._tools.values():
+            if tool.name not in names:
+                narrower.add(tool)
+        return narrower
+
     async def execute(self, name: str, raw_arguments: str) -> str:
         """Run a tool; every failure becomes an `Error: …` text for the model."""
         tool = self._tools.get(name)

@@ -47,6 +47,11 @@ class ToolBox:
         self.by_scope = dict(by_scope)
         self._built.clear()
 
+    def add_owner_tool(self, tool: Tool) -> None:
+        """Offer one more owner-only tool (spawn, made once the agent it needs exists)."""
+        self.owner_tools.append(tool)
+        self._built.clear()
+
     def for_scope(self, scope: Scope) -> ToolRegistry:
         registry = self._built.get(scope)
         if registry is None:

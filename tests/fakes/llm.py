@@ -89,6 +89,12 @@ def is_consolidation(body: dict[str, Any]) -> bool:
     return any(t.get("function", {}).get("name") == "save_memory" for t in body.get("tools") or [])
 
 
+def is_background(body: dict[str, Any]) -> bool:
+    """True for a background agent's call (spawn's): its system prompt says it works so."""
+    messages = body.get("messages") or [{}]
+    return "## Working in the background" in str(messages[0].get("content"))
+
+
 def is_compaction(body: dict[str, Any]) -> bool:
     """True for a MEMORY.md compaction call (it offers the compact_memory tool)."""
     tools = body.get("tools") or []

@@ -1,0 +1,227 @@
+"""Background agents (`spawn`): the real runtime, the real python-telegram-bot against the fake Bot
+API (owner: user 42), the fake LLM holding the background agent's call where a test needs it, and
+the subagents' task group wired as `memgate run` wires it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.agent.subagents import Subagents, describe_listed
+from gateway.bus import InboundMessage
+from gateway.service.app import Runtime, open_runtime
+from gateway.service.run import chat_ready, chat_sender
+from tests.conftest import build_config, deep_merge
+from tests.fakes.llm import FakeLLM, is_background, is_consolidation, text, tool_call, tool_results
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
+from tests.scheduling import telegram_settings
+
+TASK = "read the three pages in notes/ and summarise them"
+RESULT = "The three pages say: plant tomatoes, water daily, harvest in August."
+
+
+def _chat(body: dict[str, Any]) -> bool:
+    """The parent chat's own calls (not the background agent's, not consolidation's)."""
+    return not is_background(body) and not is_consolidation(body)
+
+
+def _plain(telegram: FakeTelegram) -> list[str]:
+    return [str(sent.get("plain", sent.get("text"))) for sent in telegram.sent(42)]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+
+
+@asynccontextmanager
+async def gateway(
+    tmp_path: Path, fake_llm: FakeLLM, telegram: FakeTelegram, **subagents: Any
+) -> AsyncIterator[Runtime]:
+    """The runtime, its Telegram channel connected, and the background agents' task group."""
+    overrides = {
+        "channels": {"telegram": {**telegram_settings(telegram, ["42"]), "streaming": False}},
+        "agent": {"subagents": subagents},
+    }
+    config = build_config(tmp_path / "workspace", fake_llm.url, deep_merge({}, overrides))
+    async with open_runtime(config) as runtime:
+        channel = agent_channel(telegram, runtime)
+        background = runtime.agent.subagents
+        assert background is not None
+        async with running(channel):
+            work = background.run(
+                runtime.agent.job_message, chat_sender([channel]), chat_ready([channel])
+            )
+            task = asyncio.create_task(work)
+            try:
+                yield runtime
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+async def _wait(runtime: Runtime, check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        await _background(runtime).wait_for(check)
+
+
+def _background(runtime: Runtime) -> Subagents:
+    assert runtime.agent.subagents is not None
+    return runtime.agent.subagents
+
+
+async def test_spawn_returns_at_once_and_its_result_reaches_the_chat_once(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """spawn ends the turn at once; the chat answers while the background call is held; the
+    result is sent once, stored as a delivered answer of the parent session, and the next
+    turn's request carries it."""
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden pages"}), match=_chat)
+    fake_llm.push(text("Started it; I will tell you when it is done."), match=_chat)
+    fake_llm.push(text(RESULT), hold=release, match=is_background)
+    async with gateway(tmp_path, fake_llm, fake_telegram) as runtime:
+        fake_telegram.message("please summarise my garden pages")
+        await fake_telegram.wait_for(
+            lambda: "Started it; I will tell you when it is done." in _plain(fake_telegram)
+        )
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        fake_telegram.message("meanwhile, hello")  # the chat is free while the call is held
+        await fake_telegram.wait_for(lambda: "echo: meanwhile, hello" in _plain(fake_telegram))
+        assert not any(RESULT in t for t in _plain(fake_telegram))
+        fake_telegram.message("/tasks")
+        await fake_telegram.wait_for(
+            lambda: any("garden pages" in t for t in _plain(fake_telegram))
+        )
+        release.set()
+        await fake_telegram.wait_for(lambda: any(RESULT in t for t in _plain(fake_telegram)))
+        await _wait(runtime, lambda: _background(runtime).finished == 1)
+        fake_telegram.message("what did it find?")
+        await fake_telegram.wait_for(lambda: "echo: what did it find?" in _plain(fake_telegram))
+        parent = tmp_path / "workspace" / "sessions" / "telegram:42.jsonl"
+        lines = _lines(parent)
+    assert sum(RESULT in t for t in _plain(fake_telegram)) == 1
+    stored = [m for m in lines if RESULT in str(m.get("content"))]
+    assert len(stored) == 1 and stored[0]["role"] == "assistant"
+    delivered = {m.get("reply_id") for m in lines if m.get("_type") == "delivered"}
+    assert stored[0]["reply_id"] in delivered
+    last = [r for r in fake_llm.requests if _chat(r)][-1]
+    assert any(RESULT in str(m.get("content")) for m in last["messages"])
+    background = next(r for r in fake_llm.requests if is_background(r))
+    names = {t["function"]["name"] for t in background["tools"]}
+    assert "read_file" in names and not names & {"spawn", "schedule", "exec"}
+    own = list((tmp_path / "workspace" / "sessions").glob("subagent:*.jsonl"))
+    assert len(own) == 1 and TASK in own[0].read_text(encoding="utf-8")
+    assert describe_listed(tmp_path / "state") == "subagents:  none running"
+
+
+async def test_a_spawn_beyond_max_running_is_refused_with_why(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """With max_running 1 and one background agent running, a second spawn is refused, and the
+    model reads why."""
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": "first long task"}), match=_chat)
+    fake_llm.push(text("first started"), match=_chat)
+    fake_llm.push(text("first done"), hold=release, match=is_background)
+    fake_llm.push(tool_call("spawn", {"task": "second long task"}), match=_chat)
+    fake_llm.push(text("second refused"), match=_chat)
+    async with gateway(tmp_path, fake_llm, fake_telegram, max_running=1) as runtime:
+        fake_telegram.message("start the first")
+        await fake_telegram.wait_for(lambda: "first started" in _plain(fake_telegram))
+        fake_telegram.message("start the second")
+        await fake_telegram.wait_for(lambda: "second refused" in _plain(fake_telegram))
+        assert len(_background(runtime).running()) == 1
+        release.set()
+        await _wait(runtime, lambda: _background(runtime).finished == 1)
+    refusal = tool_results([r for r in fake_llm.requests if _chat(r)][-1])[-1]
+    assert refusal.startswith("Error: not started: 1 background tasks are running")
+    assert "agent.subagents.max_running" in refusal
+    assert sum(1 for r in fake_llm.requests if is_background(r)) == 1
+
+
+async def test_stop_in_the_parent_chat_cancels_its_background_agent(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """/stop cancels the chat's background agent: it is no longer listed, and its result never
+    comes to the chat."""
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden"}), match=_chat)
+    fake_llm.push(text("started"), match=_chat)
+    fake_llm.push(text(RESULT), hold=release, match=is_background)
+    async with gateway(tmp_path, fake_llm, fake_telegram) as runtime:
+        fake_telegram.message("summarise")
+        await fake_telegram.wait_for(lambda: "started" in _plain(fake_telegram))
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        assert "garden" in describe_listed(tmp_path / "state")
+        fake_telegram.message("/stop")
+        await fake_telegram.wait_for(lambda: "Stopped 1 background task." in _plain(fake_telegram))
+        await _wait(runtime, lambda: not _background(runtime).running())
+        release.set()
+        fake_telegram.message("/tasks")
+        await fake_telegram.wait_for(
+            lambda: "No background tasks are running in this chat." in _plain(fake_telegram)
+        )
+        fake_telegram.message("still there?")  # a turn after the release: the result had its chance
+        await fake_telegram.wait_for(lambda: "echo: still there?" in _plain(fake_telegram))
+        assert _background(runtime).finished == 0
+    assert not any(RESULT in t for t in _plain(fake_telegram))
+    assert describe_listed(tmp_path / "state") == "subagents:  none running"
+
+
+@pytest.mark.parametrize(
+    ("who", "memory"),
+    [
+        ("group", {"groups": "shared"}),
+        ("guest", {"guests": "shared"}),
+        ("group", {}),
+        ("guest", {}),
+    ],
+)
+async def test_a_group_or_a_guest_cannot_spawn(
+    tmp_path: Path, fake_llm: FakeLLM, who: str, memory: dict[str, str]
+) -> None:
+    """A group's or a guest's turn is not offered spawn, even where `shared` gives it the private
+    scope, and a call of it by name fails without starting anything."""
+    config = build_config(tmp_path / "workspace", fake_llm.url, {"memory": memory})
+    group = who == "group"
+    message = InboundMessage(
+        channel="telegram",
+        chat_id="-100" if group else "77",
+        sender_id="42" if group else "77",
+        text="start a background task",
+        is_group=group,
+        sender_is_owner=group,  # the owner in a group; a stranger in their own DM
+    )
+    fake_llm.push(tool_call("spawn", {"task": TASK}))
+    fake_llm.push(text("could not"))
+    async with open_runtime(config) as runtime:
+        reply = await runtime.agent.handle(message)
+        assert reply is not None and reply.text == "could not"
+        assert not _background(runtime).running()
+    first, second = fake_llm.chat_requests()[:2]
+    assert "spawn" not in {t["function"]["name"] for t in first.get("tools", [])}
+    assert tool_results(second)[-1].startswith("Error: unknown tool 'spawn'")
+    assert not any(is_background(r) for r in fake_llm.requests)
+
+
+async def test_the_owner_is_offered_spawn_only_where_background_agents_can_run(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """The owner's DM is offered spawn; called where no background agents run (a one-shot
+    chat), it says why instead of starting one."""
+    config = build_config(tmp_path / "workspace", fake_llm.url)
+    message = InboundMessage("telegram", "42", "42", "go", sender_is_owner=True)
+    fake_llm.push(tool_call("spawn", {"task": TASK}))
+    fake_llm.push(text("ok"))
+    async with open_runtime(config) as runtime:
+        await runtime.agent.handle(message)
+    first, second = fake_llm.chat_requests()[:2]
+    assert "spawn" in {t["function"]["name"] for t in first["tools"]}
+    assert "only while the service runs" in tool_results(second)[-1]
