@@ -4,7 +4,8 @@ ChannelError
 ├── ChannelConfigError       the platform or this install cannot serve a setting; retrying won't help
 │   ├── AccessError              an access setting (a policy; `open` without `"*"`)
 │   ├── TelegramConfigError      Telegram refused the token or a setting; webhooks not installed
-│   └── DiscordChannelError      Discord refused the token or the MESSAGE CONTENT intent
+│   ├── DiscordChannelError      Discord refused the token or the MESSAGE CONTENT intent
+│   └── SlackChannelError        Slack refused a token, or the app lacks a scope or Socket Mode
 └── PairingError             a pairing request that cannot be carried out, or pairing.json unreadable
 
 Each adapter translates its SDK's errors into these at its edge, chained with `from exc` (never
@@ -32,6 +33,10 @@ class TelegramConfigError(ChannelConfigError, ValueError):
 
 class DiscordChannelError(ChannelConfigError):
     """Discord refuses to serve this bot (bad token, intent not enabled); retrying will not help."""
+
+
+class SlackChannelError(ChannelConfigError):
+    """Slack refuses to serve this app (a bad token, a missing scope, Socket Mode off)."""
 
 
 class PairingError(ChannelError):

@@ -26,7 +26,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"gateway"},  # bus, errors, logs, state, units: shared by every room above
     ],
     "channels": [
-        {"channels.telegram", "channels.discord"},
+        {"channels.telegram", "channels.discord", "channels.slack"},
         {"channels"},  # base, admission, inbox, pairing, live and the small helpers
     ],
     "memory": [
@@ -40,7 +40,7 @@ FLOORS: dict[str, list[set[str]]] = {
 # models and the one file writer; memory nothing of ours.
 ACROSS: dict[str, set[str]] = {
     "gateway": {"channels", "memory"},
-    "channels": {"gateway.bus", "gateway.config.models", "memory.fileio"},
+    "channels": {"gateway.bus", "gateway.config.models", "gateway.config.slack", "memory.fileio"},
     "memory": set(),
 }
 
@@ -55,10 +55,14 @@ DISCORD_ADAPTER = (
     "channels/discord/connect.py",
     "channels/discord/live.py",
 )
+SLACK_ADAPTER = tuple(
+    f"channels/slack/{name}.py" for name in ("channel", "connect", "delivery", "files")
+)
 OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": ("gateway/llm/provider.py", "gateway/llm/clients.py"),
     "telegram": TELEGRAM_ADAPTER,
     "discord": DISCORD_ADAPTER,
+    "slack_sdk": SLACK_ADAPTER,
     "tiktoken": "memory/tokens.py",
     "tiktoken_ext": "memory/tokens.py",
     "prometheus_client": "gateway/service/metrics.py",
