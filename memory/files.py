@@ -130,8 +130,11 @@ class MemoryFiles:
             return []
         return sorted(self.versions.glob("MEMORY.*.md"), key=lambda p: (p.stat().st_mtime, p.name))
 
-    def restore(self, name: str | None = None) -> Path:
-        """Make a kept version current (the newest if `name` is None); the current text is kept."""
+    def restore(self, name: str | None = None, *, expected: str | None = None) -> Path:
+        """Make a kept version current (the newest if `name` is None); the current text is kept.
+
+        With `expected`, a compare-and-write as in write_memory: MemoryChangedError, and nothing
+        changes, if MEMORY.md no longer holds that text (a consolidation landed meanwhile)."""
         with self._writing:
             versions = self.list_versions()
             if not versions:
@@ -143,7 +146,7 @@ class MemoryFiles:
                 if not matches:
                     raise VersionNotFoundError(f"no version named {name!r} in {self.versions}")
                 chosen = matches[0]
-            self.write_memory(chosen.read_text(encoding="utf-8"))
+            self.write_memory(chosen.read_text(encoding="utf-8"), expected=expected)
             return chosen
 
     # -- HISTORY.md --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"gateway.__main__"},  # `python -m gateway`: the command line
         {"gateway.cli"},
         {"gateway.service"},
+        {"gateway.console"},  # the web console `memgate run` serves
         {"gateway.agent"},
         {"gateway.tools", "gateway.media"},
         {"gateway.automation", "gateway.llm", "gateway.config"},

@@ -101,6 +101,12 @@ def cmd_memory(config: Config, args: argparse.Namespace) -> int:
     return cmd_memory(config, args)
 
 
+def cmd_console(config: Config, args: argparse.Namespace) -> int:
+    from gateway.cli.stores import cmd_console
+
+    return cmd_console(config, args)
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """No cyclic garbage collection inside, and none over what was made inside afterwards:
@@ -405,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="most hits to show (default 10)",
     )
     search.add_argument("--rebuild", action="store_true", help="rebuild the index from the files")
+    console = add_loaded("console", cmd_console, "print the web console's one-time login URL")
+    console.add_argument("--open", action="store_true", help="open it in this machine's browser")
     completion = add("completion", cmd_completion, "print the shell completion script")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to load it")
     return parser

@@ -1,4 +1,5 @@
-"""The `memgate` subcommands over what the gateway keeps: memory, scheduled jobs and pairings.
+"""The `memgate` subcommands over what the gateway keeps: memory, scheduled jobs and pairings, and
+the web console's login.
 
 Each takes the loaded configuration and the parsed arguments, and returns the exit status; the
 command line (gateway/cli/main.py) loads the config and maps errors to exit statuses.
@@ -15,9 +16,10 @@ from channels.pairing import PairingError, PairingStore, Pending
 from gateway.automation.clock import SystemClock
 from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
+from gateway.config.fields import parse_listen
 from gateway.config.file import require_api_key
 from gateway.config.models import Config
-from gateway.errors import MemgateError, UsageError
+from gateway.errors import ConfigError, MemgateError, UsageError
 from gateway.logs import configure_logging
 from gateway.service.control import request, socket_path
 from gateway.service.lock import WorkspaceLock
@@ -220,4 +222,34 @@ def _restore(files: MemoryFiles, version: str | None) -> int:
         return 0
     chosen = files.restore(None if version == "latest" else version)
     print(f"Restored MEMORY.md from {chosen.name}; the text it replaced is kept in versions/.")
+    return 0
+
+
+def cmd_console(config: Config, args: argparse.Namespace) -> int:
+    """Print (or open) the web console's login URL: good for one login within ten minutes."""
+    from gateway.console.keys import console_secret, login_ticket
+
+    listen = config.console.listen
+    if not listen:
+        raise ConfigError(
+            f"{config.source}: console.listen is not set; set it (e.g. 127.0.0.1:8766) and "
+            "restart memgate run",
+            path=str(config.source),
+            key="console.listen",
+        )
+    host, port = parse_listen(listen)
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"  # listening everywhere: loopback is one of its names
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/login?ticket={login_ticket(console_secret(config.state_dir))}"
+    print(url)
+    print(
+        "One login, within ten minutes, while memgate run serves the console. From another "
+        f"machine: ssh -L {port}:{shown}:{port} THIS_HOST, then open the URL there.",
+        file=sys.stderr,
+    )
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(url)
     return 0

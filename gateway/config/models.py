@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, field_validator
 
 from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
+from gateway.config.console import ConsoleConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
 from gateway.config.subagents import SubagentsConfig
 from gateway.config.tools import ToolsConfig
@@ -297,6 +298,8 @@ class Config(_Section):
     """Chat platforms; `memgate run` needs one enabled."""
     health: HealthConfig = HealthConfig()
     """The health and metrics endpoint."""
+    console: ConsoleConfig = ConsoleConfig()
+    """The local web console (see README, "The web console")."""
     tools: ToolsConfig = ToolsConfig()
     """Tools from MCP servers (see README, "Tools from MCP servers")."""
     automation: AutomationConfig = AutomationConfig()

@@ -17,7 +17,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Sequence
-from contextlib import suppress
+from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, ChatCommands
@@ -173,8 +173,11 @@ async def run_service(config: Config) -> int:
             jobs = {"jobs": JobTools(runtime.scheduler, config.tz).control_op}
             # `memgate chat`, `status` and `jobs` talk to this process through the socket.
             socket = socket_path(config.state_dir)
-            async with control_server(
-                socket, runtime.agent.handle, live, owed=runtime.agent.owed, ops=jobs
+            async with (
+                control_server(
+                    socket, runtime.agent.handle, live, owed=runtime.agent.owed, ops=jobs
+                ),
+                web_console(runtime, access, lambda: {**live(), **optional_states(runtime)}),
             ):
                 await _serve(config, runtime, channels, stop, access.is_owner)
             log.info("stopping: channels first, then memory")
@@ -183,6 +186,29 @@ async def run_service(config: Config) -> int:
             loop.remove_signal_handler(signum)
     log.info("memgate stopped cleanly after %.0fs", time.monotonic() - started)
     return 0
+
+
+def web_console(
+    runtime: Runtime, access: AccessInForce, live: Callable[[], dict[str, Any]]
+) -> AbstractAsyncContextManager[object]:
+    """The web console on console.listen (its web server imported only then), else nothing."""
+    config = runtime.config
+    if not config.console.listen:
+        return nullcontext()
+    from gateway.console.server import console_server
+    from gateway.console.sources import Sources
+
+    def owners() -> dict[str, list[str]]:
+        channels = access.config.channels  # allow_from as SIGHUP last set it
+        return {"telegram": channels.telegram.allow_from, "discord": channels.discord.allow_from}
+
+    jobs = JobTools(runtime.scheduler, config.tz)  # what `memgate jobs` reaches through the socket
+    pairing = PairingStore(config.state_dir)  # the file `memgate pairing` changes
+    return console_server(
+        Sources(
+            config, runtime.memory, pairing, jobs, runtime.counter, live, owners, runtime.search
+        )
+    )
 
 
 def optional_states(runtime: Runtime) -> dict[str, Any]:
