@@ -100,6 +100,49 @@ asyncio.run(main())
     assert loaded == ["telegram"]
 
 
+async def test_the_service_is_built_without_the_openai_sdk_and_its_first_turn_loads_it(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """memgate run's runtime and channels are built before the openai SDK is imported (it is half a
+    second of the interpreter); the first message waits for that import and is answered."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""\
+workspace: {tmp_path / "workspace"}
+llm: {{base_url: {fake_llm.url}, api_key: sk-start-test-key-123456, max_retries: 0}}
+channels:
+  telegram: {{enabled: true, token: "{TOKEN}", allow_from: ["42"]}}
+"""
+    )
+    fake_llm.push(text("answered after the import"))
+    body = f"""
+import asyncio
+import sys
+from pathlib import Path
+from gateway.service.app import open_runtime
+from gateway.config.file import load_config
+from gateway.service.run import build_channels
+from gateway.bus import InboundMessage
+
+async def main():
+    config = load_config(Path({str(config)!r}), must_exist=True)
+    async with open_runtime(config) as runtime:
+        build_channels(config, runtime)
+        print("BUILT WITH OPENAI", "openai" in sys.modules)
+        message = InboundMessage(
+            channel="test", chat_id="42", sender_id="42", sender_is_owner=True, text="hi"
+        )
+        reply = await runtime.agent.handle(message)
+        print("REPLY", reply.text, "OPENAI", "openai" in sys.modules)
+
+asyncio.run(main())
+"""
+    code, out, _ = await probe(body, {"MEMGATE_HOME": str(tmp_path / "home")})
+    assert code == 0, out
+    assert "BUILT WITH OPENAI False" in out
+    assert "REPLY answered after the import OPENAI True" in out
+
+
 async def test_a_turn_that_fits_by_bytes_builds_no_vocabulary(
     runtime: Runtime, fake_llm: FakeLLM
 ) -> None:

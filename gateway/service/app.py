@@ -22,10 +22,8 @@ from gateway.automation.jobs import JobError, JobStore
 from gateway.automation.scheduler import Scheduler
 from gateway.config.models import Config, LLMConfig, TranscriptionConfig
 from gateway.errors import MemgateError, unwrap_group
-from gateway.llm.clients import OpenAITranscriber
 from gateway.llm.gate import GatedProvider, Priority, endpoint_gate
-from gateway.llm.on_demand import OnDemand, OnDemandTranscriber
-from gateway.llm.provider import OpenAIProvider
+from gateway.llm.on_demand import LazyProvider, OnDemand, OnDemandTranscriber
 from gateway.llm.server_info import PROFILE_TIMEOUT
 from gateway.llm.summary import OutputLimit, ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
@@ -57,6 +55,8 @@ from memory.sessions.store import SessionStore
 from memory.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    from gateway.llm.clients import OpenAITranscriber
+    from gateway.llm.provider import OpenAIProvider
     from gateway.tools.mcp import McpServers
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,8 @@ def make_provider(
     llm: LLMConfig | None = None,
 ) -> OpenAIProvider:
     """The client of `llm` (by default the chat model's section, config.llm)."""
+    from gateway.llm.provider import OpenAIProvider  # the openai SDK: see llm/on_demand.py
+
     llm = llm or config.llm
     return OpenAIProvider(
         base_url=llm.base_url,
@@ -126,6 +128,8 @@ def make_provider(
 
 def make_transcriber(config: Config, settings: TranscriptionConfig) -> OpenAITranscriber:
     """The speech-to-text client of `llm.transcription`, by default on the chat endpoint."""
+    from gateway.llm.clients import OpenAITranscriber
+
     return OpenAITranscriber(
         base_url=settings.base_url or config.llm.base_url,
         api_key=config.llm.api_key if settings.api_key is None else settings.api_key,
@@ -309,7 +313,8 @@ def _gated_providers(
     llm, own = config.llm, config.consolidation_llm
     within = min(llm.timeout, PROFILE_TIMEOUT)
     gate = endpoint_gate(llm.base_url, llm.api_key, llm.max_concurrency, within)
-    chat = GatedProvider(make_provider(config, tool_support, vision_support), gate, Priority.REPLY)
+    client = LazyProvider(llm.model, lambda: make_provider(config, tool_support, vision_support))
+    chat = GatedProvider(client, gate, Priority.REPLY)
     same = own.base_url == llm.base_url and own.model == llm.model
     summary_tools = tool_support if same else ToolSupport(llm.tools)
     # Another server has its own gate, of the slots it says it has (memory.workers bounds it).
@@ -320,7 +325,9 @@ def _gated_providers(
     )
     summarizer = OnDemand(
         lambda: GatedProvider(
-            make_provider(config, summary_tools, vision_support, own),
+            LazyProvider(
+                own.model, lambda: make_provider(config, summary_tools, vision_support, own)
+            ),
             background,
             Priority.BACKGROUND,
         )

@@ -29,6 +29,7 @@ from gateway.automation.scheduler import ChannelReady, Deliver, Owners
 from gateway.bus import OutboundMessage
 from gateway.config.models import Config
 from gateway.errors import ConfigError, MemgateError, unwrap_group
+from gateway.llm.on_demand import preload
 from gateway.service.access import AccessInForce
 from gateway.service.app import Runtime, open_runtime
 from gateway.service.control import control_server, socket_path
@@ -245,6 +246,17 @@ async def release_mcp(mcp: McpServers, channels: Sequence[Channel], activity: Ac
     mcp.release()
 
 
+async def load_client(channels: Sequence[Channel]) -> None:
+    """Import the model's client (the openai SDK) once every channel is connected, or after
+    MCP_HOLD at most: `/healthz` says ready without it, and a message that comes meanwhile waits
+    for the same import."""
+    with suppress(TimeoutError):
+        async with asyncio.timeout(MCP_HOLD):
+            for channel in channels:
+                await channel.ready.wait()
+    await preload()
+
+
 async def _serve(
     config: Config,
     runtime: Runtime,
@@ -305,6 +317,8 @@ async def _supervise(
                 group.create_task(beat.run(runtime.agent, deliver, home), name="heartbeat")
             )
         stopping = group.create_task(stop.wait(), name="stop-signal")
+        loading = group.create_task(load_client(channels), name="llm-client")
+        stopping.add_done_callback(lambda _: loading.cancel())
         mcp = runtime.mcp
         if mcp is not None:  # not one of `tasks`: its end is no reason to stop
             released = group.create_task(
