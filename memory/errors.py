@@ -6,6 +6,7 @@ MemoryStoreError
 ├── MemoryChangedError    MEMORY.md changed between a read and a compare-and-write
 ├── BudgetError           a request cannot be cut to fit the prompt budget
 ├── ModelCallError        the consolidation model call failed (raised by the caller's adapter)
+│   └── UpdateRefusedError  its memory_update would drop too much of MEMORY.md: nothing written
 ├── SearchPathError       memory_get was given a path outside memory/ and sessions/, or no file
 ├── EmbeddingError        the embeddings endpoint failed or answered nonsense (search falls back)
 └── HistoryNotLoadedError a session message before its loaded part was asked for
@@ -32,6 +33,11 @@ class ModelCallError(MemoryStoreError):
     def __init__(self, message: str, *, rejected_tool_choice: bool = False) -> None:
         super().__init__(message)
         self.rejected_tool_choice = rejected_tool_choice
+
+
+class UpdateRefusedError(ModelCallError):
+    """A consolidation's memory_update would drop more of MEMORY.md than allowed; nothing was
+    written, and the job is retried like any failed call, with this reason given to the model."""
 
 
 class SearchPathError(MemoryStoreError):

@@ -14,6 +14,7 @@ from gateway.config.models import ChatChannelConfig, Config
 from gateway.state import token_calibration_path
 from gateway.tools.exec import describe as describe_exec
 from memory.calibration import TokenCalibration
+from memory.consolidation.dedupe import UPDATE_REPORT, describe_updates
 from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
 from memory.sessions.index import load_session
@@ -114,6 +115,7 @@ def describe(config: Config) -> str:
             describe_jobs(config),
             describe_listed(config.state_dir),
             *describe_failures(config),
+            describe_updates(config.state_dir / UPDATE_REPORT),
         ]
     )
 

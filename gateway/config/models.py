@@ -17,6 +17,7 @@ from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.console import ConsoleConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
 from gateway.config.subagents import SubagentsConfig
+from gateway.config.memory_updates import MemoryUpdatesConfig
 from gateway.config.tools import ToolsConfig
 
 
@@ -158,6 +159,8 @@ class MemoryConfig(_Section):
     """Semantic search (a section with the keys below); null: keyword search alone."""
     llm: MemoryLLMConfig | None = None
     """Consolidation's own model (a section with the keys below); null: the chat model (llm)."""
+    updates: MemoryUpdatesConfig = MemoryUpdatesConfig()
+    """What one consolidation may change of MEMORY.md."""
 
 
 class MediaConfig(_Section):

@@ -46,9 +46,11 @@ from memory.budget import PromptBudget
 from memory.calibration import TokenCalibration
 from memory.consolidation.compact import MemoryCompactor
 from memory.consolidation.consolidator import ConsolidationSettings, Consolidator
+from memory.consolidation.dedupe import UPDATE_REPORT, UpdateCurator, UpdateRules
 from memory.consolidation.failures import FAILURE_REPORT
 from memory.fileio import ensure_private_dir
 from memory.files import MemoryFiles
+from memory.forgotten import FORGOTTEN_FILE, ForgottenLines
 from memory.search.searcher import MemorySearch
 from memory.search.tools import search_tools
 from memory.sessions.store import SessionStore
@@ -90,6 +92,16 @@ def consolidation_settings(config: Config) -> ConsolidationSettings:
         shared_groups=memory.groups == "shared",
         timeout=memory.timeout,
         archive_on_new=memory.consolidate_on_new,
+    )
+
+
+def update_curator(config: Config) -> UpdateCurator:
+    """What a memory_update may bring into MEMORY.md (`memory.updates`, the forgotten lines)."""
+    rules = config.memory.updates
+    return UpdateCurator(
+        UpdateRules(rules.max_drop_share, rules.guard_from_lines),
+        ForgottenLines(config.state_dir / FORGOTTEN_FILE),
+        config.state_dir / UPDATE_REPORT,
     )
 
 
@@ -237,6 +249,7 @@ async def _build_runtime(
             budget=budget,
             compactor=compactor,
             failure_report=config.state_dir / FAILURE_REPORT,
+            curator=update_curator(config),
         )
         transcriber = None
         if (speech := config.llm.transcription) is not None:

@@ -23,8 +23,10 @@ from typing import Any
 from memory.budget import PromptBudget
 from memory.consolidation import chunking
 from memory.consolidation.compact import MemoryCompactor
+from memory.consolidation.dedupe import UpdateCurator
 from memory.consolidation.entries import ChunkWriter, Transcript, entry_id
 from memory.consolidation.failures import FailureLog
+from memory.consolidation.recall import RecallMask
 from memory.consolidation.summariser import Summariser, SummaryModel
 from memory.consolidation.work_queue import WorkQueue
 from memory.errors import BudgetError, MemoryChangedError, ModelCallError
@@ -101,15 +103,19 @@ class Consolidator:
         budget: PromptBudget | None = None,
         compactor: MemoryCompactor | None = None,
         failure_report: Path | None = None,
+        curator: UpdateCurator | None = None,
     ) -> None:
         self.sessions = sessions
         self.files = files
         self.counter = counter
         self.settings = settings
         self.budget = budget or PromptBudget(settings.budget, counter)
-        self.summariser = Summariser(model, self.budget, settings.timeout)
+        # What a memory_update may bring in: no repeats, no forgotten lines (dedupe.py).
+        self.curator = curator or UpdateCurator()
+        forgotten = self.curator.forgotten_lines
+        self.summariser = Summariser(model, self.budget, settings.timeout, forgotten)
         self.transcript = Transcript(tz)
-        self.writer = ChunkWriter(sessions, files, self.summariser, self.transcript)
+        self.writer = ChunkWriter(sessions, files, self.summariser, self.transcript, self.curator)
         self.compactor = compactor
         self._compacting = asyncio.Lock()
         self.failures = FailureLog(failure_report)
@@ -331,9 +337,11 @@ class Consolidator:
         limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
         cap = limit - 1  # bytes bound tokens: a line this long fits a chunk's room by either
 
+        mask = RecallMask(session.messages[start : max(end, reach or 0)])  # as commit shows them
+
         @functools.cache
         def line(index: int) -> str:
-            return self.transcript.line(session.messages[index], cap=cap)
+            return self.transcript.line(mask.apply(session.messages[index]), cap=cap)
 
         def bound(index: int) -> int:  # the line plus the newline that joins it to the next
             return self.counter.at_most(line(index)) + 1

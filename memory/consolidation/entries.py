@@ -16,8 +16,10 @@ import re
 from datetime import datetime, tzinfo
 
 from memory.budget import TOOL_RESULT_CHARS
+from memory.consolidation.dedupe import UpdateCurator
+from memory.consolidation.recall import mask_recalls
 from memory.consolidation.summariser import Summariser
-from memory.errors import MemoryChangedError
+from memory.errors import MemoryChangedError, UpdateRefusedError
 from memory.files import MemoryFiles
 from memory.sessions.file import Message
 from memory.sessions.store import Session, SessionStore
@@ -99,11 +101,15 @@ class ChunkWriter:
         files: MemoryFiles,
         summariser: Summariser,
         transcript: Transcript,
+        curator: UpdateCurator | None = None,
     ) -> None:
         self.sessions = sessions
         self.files = files
         self.summariser = summariser
         self.transcript = transcript
+        self.curator = curator or UpdateCurator()
+        # Why a chunk's last memory_update was refused, by chunk id: its retry tells the model.
+        self._refused: dict[str, str] = {}
 
     async def commit(
         self,
@@ -119,12 +125,25 @@ class ChunkWriter:
         HISTORY.md is tagged with `ident`, so a retry after a failure further on does not append
         the entry twice. MEMORY.md is written only if it still holds the text the model merged
         into; if it changed meanwhile, the merge is asked again against the new text. Each line
-        is cut to `line_cap` bytes, as the chunk was planned.
+        is cut to `line_cap` bytes, as the chunk was planned, and recalls of memory are shown as
+        markers (memory/consolidation/recall.py). The update is curated before anything is
+        written (memory/consolidation/dedupe.py): one it refuses writes nothing.
         """
-        lines = [self.transcript.line(m, cap=line_cap) for m in chunk]
+        lines = [self.transcript.line(m, cap=line_cap) for m in mask_recalls(chunk)]
         for _ in range(MERGE_ATTEMPTS):
             before = await self.files.aread_memory() if with_memory else ""
-            history_entry, memory_update = await self.summariser.ask(lines, before, with_memory)
+            note = self._refused.get(ident, "")
+            history_entry, memory_update = await self.summariser.ask(
+                lines, before, with_memory, note
+            )
+            if with_memory:
+                try:
+                    memory_update = await asyncio.to_thread(
+                        self.curator.curate, before, memory_update
+                    )
+                except UpdateRefusedError as exc:
+                    self._refused[ident] = str(exc)
+                    raise
             entry = self.transcript.stamped(history_entry, chunk)
             await self.files.aappend_history(entry, entry_id=ident)
             if not with_memory:
@@ -137,12 +156,14 @@ class ChunkWriter:
             break
         else:
             raise MemoryChangedError(f"MEMORY.md changed during {MERGE_ATTEMPTS} merges in a row")
+        self._refused.pop(ident, None)
         await self.sessions.mark_consolidated(session, stop)
 
     async def write_raw(
         self, session: Session, chunk: list[Message], stop: int, ident: str
     ) -> None:
         """Keep the chunk verbatim as a `[RAW]` entry (after repeated failures), then the marker."""
+        self._refused.pop(ident, None)
         await self.files.aappend_history(self.transcript.raw_entry(chunk), entry_id=ident)
         await self.sessions.mark_consolidated(session, stop)
 

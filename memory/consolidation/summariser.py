@@ -10,17 +10,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from memory.budget import PromptBudget
+from memory.consolidation.recall import RECALL_NOTE
 from memory.errors import BudgetError, ModelCallError
 
 log = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = (
     "You are a memory consolidation agent. Call the save_memory tool with your consolidation "
-    "of the conversation."
+    f"of the conversation. {RECALL_NOTE}"
 )
+# Forgotten lines shown to the model: the newest, each cut, so the prompt's fixed part stays small.
+FORGOTTEN_SHOWN = 50
+FORGOTTEN_LINE_CHARS = 200
 
 
 class SummaryModel(Protocol):
@@ -67,12 +72,27 @@ def save_memory_tool(with_memory: bool) -> dict[str, Any]:
     }
 
 
-def summary_prompt(lines: list[str], memory_text: str, with_memory: bool) -> list[dict[str, Any]]:
-    """The messages of one consolidation request: MEMORY.md (unless a group's), then the chunk."""
+def summary_prompt(
+    lines: list[str],
+    memory_text: str,
+    with_memory: bool,
+    forgotten: Sequence[str] = (),
+    note: str = "",
+) -> list[dict[str, Any]]:
+    """The messages of one consolidation request: MEMORY.md (unless a group's), the chunk, then
+    the lines the owner had forgotten and why the last answer was refused, if any."""
     parts = []
     if with_memory:
         parts.append(f"## Current MEMORY.md\n\n{memory_text.strip()}")
     parts.append("## Conversation to consolidate\n\n" + "\n".join(lines))
+    if with_memory and forgotten:
+        shown = [line[:FORGOTTEN_LINE_CHARS] for line in forgotten[-FORGOTTEN_SHOWN:]]
+        parts.append(
+            "## Forgotten at the owner's request\n\nThese lines were removed from MEMORY.md on "
+            "purpose; never write them, or the same facts, back:\n" + "\n".join(shown)
+        )
+    if note:
+        parts.append(f"## Your previous answer was refused\n\n{note}")
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": "\n\n".join(parts)},
@@ -82,24 +102,36 @@ def summary_prompt(lines: list[str], memory_text: str, with_memory: bool) -> lis
 class Summariser:
     """Asks the model for one chunk's `history_entry` and `memory_update`, within `timeout`."""
 
-    def __init__(self, model: SummaryModel, budget: PromptBudget, timeout: float) -> None:
+    def __init__(
+        self,
+        model: SummaryModel,
+        budget: PromptBudget,
+        timeout: float,
+        forgotten: Callable[[], list[str]] = list,
+    ) -> None:
         self.model = model
         self.budget = budget
         self.timeout = timeout
+        self.forgotten = forgotten  # read for every request: /forget may have added some
 
     def fixed_size(self, memory_text: str, with_memory: bool, *, at_most: bool = False) -> int:
         """Tokens of a request before any chunk line: the prompts, MEMORY.md and the tool (with
         `at_most`, an upper bound that needs no tokenizer)."""
-        messages = summary_prompt([], memory_text, with_memory)
+        forgotten = self.forgotten() if with_memory else []
+        messages = summary_prompt([], memory_text, with_memory, forgotten)
         tools = [save_memory_tool(with_memory)]
         return (
             self.budget.at_most(messages, tools) if at_most else self.budget.size(messages, tools)
         )
 
-    async def ask(self, lines: list[str], memory_text: str, with_memory: bool) -> tuple[str, str]:
-        """The validated (history_entry, memory_update); memory_update is "" for a group."""
+    async def ask(
+        self, lines: list[str], memory_text: str, with_memory: bool, note: str = ""
+    ) -> tuple[str, str]:
+        """The validated (history_entry, memory_update); memory_update is "" for a group.
+        `note` tells the model why its previous answer for these lines was refused."""
         tool = save_memory_tool(with_memory)
-        messages = summary_prompt(lines, memory_text, with_memory)
+        forgotten = await asyncio.to_thread(self.forgotten) if with_memory else []
+        messages = summary_prompt(lines, memory_text, with_memory, forgotten, note)
         if not await asyncio.to_thread(self.budget.fits, messages, [tool]):
             needed = await asyncio.to_thread(self.budget.size, messages, [tool])
             raise BudgetError(needed, self.budget.limit)
