@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from aiohttp import web
 
 from gateway.config.fields import parse_listen
-from gateway.console import access, assets, jobs, memory
+from gateway.console import access, assets, chats, history, jobs, memory, status
 from gateway.console.keys import SESSION_LIFE, Tickets, console_secret
 from gateway.console.sources import Sources
 from gateway.console.view import Console
@@ -117,7 +117,7 @@ def build_app(sources: Sources, secret: bytes) -> web.Application:
     app.router.add_get("/", _home)
     app.router.add_get("/login", _home)  # the guard answers first
     app.router.add_get("/static/console.css", assets.stylesheet)
-    for module in (memory, jobs, access):
+    for module in (memory, history, chats, jobs, access, status):
         app.router.add_routes(module.routes(console))
     return app
 
