@@ -178,11 +178,19 @@ class MemoryFiles:
         return self.history_md.read_text(encoding="utf-8") if self.history_md.exists() else ""
 
     # -- any other file under memory/ (daily notes, files the model keeps there) ----------------
-    def write_file(self, path: Path, text: str) -> None:
-        """Replace a file under memory/ atomically, serialised with every other memory write."""
+    def write_file(self, path: Path, text: str, *, expected: str | None = None) -> None:
+        """Replace a file under memory/ atomically, serialised with every other memory write.
+
+        With `expected`, only if the file still holds that text (a missing file holds ""); else
+        MemoryChangedError is raised and nothing changes.
+        """
         if not path.resolve().is_relative_to(self.dir.resolve()):
             raise ValueError(f"{path} is not under {self.dir}")
         with self._writing:
+            if expected is not None:
+                current = path.read_text(encoding="utf-8") if path.exists() else ""
+                if current != expected:
+                    raise MemoryChangedError(f"{path.name} changed since it was read")
             atomic_write(path, text)
 
     # -- daily notes -------------------------------------------------------------------------------

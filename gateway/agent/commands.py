@@ -83,6 +83,20 @@ COMMANDS: tuple[CommandSpec, ...] = (
         frozenset({"help"}),
         usage="ID",
     ),
+    CommandSpec(
+        "memory",
+        "What I remember",
+        "show MEMORY.md, or with TEXT its lines that hold it (the owner, in a private chat)",
+        frozenset({"help"}),
+        usage="[TEXT]",
+    ),
+    CommandSpec(
+        "forget",
+        "Forget lines of memory",
+        "show the lines of memory that hold TEXT, then /forget yes removes them (the owner)",
+        frozenset({"help"}),
+        usage="TEXT",
+    ),
     CommandSpec("help", "What I can do", "this list", _EVERYWHERE),
     CommandSpec(
         "pair",

@@ -27,6 +27,7 @@ from gateway.agent.apology import apology
 from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
 from gateway.agent.context import ContextBuilder
 from gateway.agent.context_fit import ContextFitter
+from gateway.agent.memory_commands import MEMORY_COMMANDS, MemoryCommands
 from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
@@ -46,6 +47,7 @@ from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
+from memory.forgotten import FORGOTTEN_FILE, ForgottenLines
 from memory.sessions.file import Message
 from memory.sessions.store import Session, SessionStore, legal_messages
 from memory.tokens import TokenCounter
@@ -103,6 +105,8 @@ class AgentLoop:
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
         self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
+        forgotten = ForgottenLines(config.state_dir / FORGOTTEN_FILE)
+        self.memory_commands = MemoryCommands(memory, forgotten)  # `/memory`, `/forget`
         self.subagents: Subagents | None = None  # background agents (`spawn`), where they run
         self.activity = Activity()  # memgate run starts MCP servers once it is quiet
 
@@ -250,6 +254,8 @@ class AgentLoop:
             return self.tools.approvals.answer(
                 name == "approve", command_args(message.text), message
             )
+        if name in MEMORY_COMMANDS:
+            return await self.memory_commands.answer(name, command_args(message.text), message)
         if name == "jobs":
             if self.jobs_command is None:
                 return "Scheduled jobs are not available here."
