@@ -186,6 +186,23 @@ async def test_a_fork_bomb_is_stopped_and_the_gateway_answers_another_chat(
     assert "fork" in reached.lower(), result  # "Cannot fork": the process limit stopped it
 
 
+async def test_the_process_limit_is_what_stops_forking(
+    exec_runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """Background processes started one by one stop near the sandbox's limit (64), far below
+    the 300 this loop would start without it (a bounded loop: safe to run with the limit off)."""
+    command = (
+        "( i=0; while [ $i -lt 300 ]; do sleep 1000 & i=$((i+1)); echo $i > /tmp/count; done ) "
+        '2>/dev/null; read -r n < /tmp/count; echo "started $n"'
+    )
+    fake_llm.push(tool_call("exec", {"command": command, "timeout": 40}))
+    fake_llm.push(text("done"))
+    await exec_runtime.agent.handle(inbound("count"))
+    result = tool_results(fake_llm.chat_requests()[-1])[-1]
+    started = [line for line in result.splitlines() if line.startswith("started ")]
+    assert started and int(started[0].removeprefix("started ")) < 64, result
+
+
 async def test_a_10_gb_allocation_is_refused(exec_runtime: Runtime, fake_llm: FakeLLM) -> None:
     """Allocating 10 GB fails at the memory limit instead of taking the machine's memory."""
     result = await run_exec(
