@@ -23,6 +23,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"gateway.console"},  # the web console `memgate run` serves
         {"gateway.agent"},
         {"gateway.tools", "gateway.media"},
+        {"gateway.skills"},  # the file tools read skills, the prompt lists them
         {"gateway.automation", "gateway.llm", "gateway.config"},
         {"gateway"},  # bus, errors, logs, state, units: shared by every room above
     ],
@@ -67,7 +68,8 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "tiktoken": "memory/tokens.py",
     "tiktoken_ext": "memory/tokens.py",
     "prometheus_client": "gateway/service/metrics.py",
-    "yaml": "gateway/config/file.py",
+    # The config file's, and skills' front matter (their one reader).
+    "yaml": ("gateway/config/file.py", "gateway/skills/skill.py"),
     "PIL": "gateway/media/images.py",
     "pypdf": "gateway/media/documents.py",
     # mcp.py names the SDK's types for mypy only: the SDK itself loads with mcp_client.

@@ -2,9 +2,10 @@
 
 Paths are resolved with symlinks followed and checked against the turn's scope (gateway/tools/scope.py);
 `..`, absolute paths and links that land outside it are refused. A tool's failure is returned to the
-model as text. MEMORY.md is only ever compare-and-written: write_file replaces it only if it still
-holds the text the turn last saw (`turn_memory`), so a consolidation that landed meanwhile is never
-undone.
+model as text. read_file and list_dir also reach the skills the chat is offered, read-only, at
+`skills/<name>/...` (gateway/tools/skill_files.py). MEMORY.md is only ever compare-and-written:
+write_file replaces it only if it still holds the text the turn last saw (`turn_memory`), so a
+consolidation that landed meanwhile is never undone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from gateway.tools.registry import Tool, ToolError, ToolFunc
 from gateway.tools.scope import PathRefusedError, ScopeGuard
+from gateway.tools.skill_files import SkillFiles
 from memory.errors import MemoryChangedError
 from memory.fileio import atomic_write
 from memory.files import MemoryFiles
@@ -56,10 +58,13 @@ class WorkspaceFiles:
     keeps its text and adds to the end is an append; anything else is refused).
     """
 
-    def __init__(self, guard: ScopeGuard, memory: MemoryFiles) -> None:
+    def __init__(
+        self, guard: ScopeGuard, memory: MemoryFiles, skills: SkillFiles | None = None
+    ) -> None:
         self.guard = guard
         self.root = guard.root
         self.memory = memory
+        self.skills = skills  # None: no skills' files beyond the scope's own
 
     def resolve(self, raw: Any, *, writing: bool = False) -> Path:
         try:
@@ -70,8 +75,29 @@ class WorkspaceFiles:
     def relative(self, path: Path) -> str:
         return str(path.relative_to(self.root)) or "."
 
+    def _reach(self, raw: Any, *, folder: bool = False) -> Path:
+        """A path to read or list: the scope's own, else (where the scope refuses it or has no
+        such file) the file of a skill this chat is offered. The caller checks that it exists."""
+        if self.skills is None:
+            return self.resolve(raw)
+        try:
+            path: Path | None = self.guard.resolve(raw)
+            refusal = ""
+        except PathRefusedError as exc:
+            path, refusal = None, str(exc)
+        if path is not None and path.exists():
+            return path
+        found = self.skills.resolve(raw)
+        if found is None:
+            if path is None:
+                raise ToolError(refusal)
+            return path
+        if not (found.is_dir() if folder else found.is_file()):
+            raise ToolError(f"no such {'directory' if folder else 'file'}: {str(raw).strip()}")
+        return found
+
     def _read(self, arguments: dict[str, Any]) -> str:
-        path = self.resolve(arguments.get("path"))
+        path = self._reach(arguments.get("path"))
         if not path.is_file():
             raise ToolError(f"no such file: {self.relative(path)}")
         memory = self.guard.same_file(path, self.memory.memory_md)
@@ -165,7 +191,7 @@ class WorkspaceFiles:
         return f"Edited {self.relative(path)}"
 
     def _list(self, arguments: dict[str, Any]) -> str:
-        path = self.resolve(arguments.get("path") or ".")
+        path = self._reach(arguments.get("path") or ".", folder=True)
         if not path.is_dir():
             raise ToolError(f"not a directory: {self.relative(path)}")
         entries = sorted(path.iterdir(), key=lambda p: p.name)

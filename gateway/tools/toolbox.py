@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from gateway.skills.catalog import SkillCatalog
 from gateway.tools.approvals import Approvals
 from gateway.tools.files import WorkspaceFiles
 from gateway.tools.registry import Tool, ToolRegistry
-from gateway.tools.scope import PRIVATE, Scope, ScopeGuard
+from gateway.tools.scope import GROUP, PRIVATE, Scope, ScopeGuard
+from gateway.tools.skill_files import SkillFiles
 from memory.files import MemoryFiles
 
 
@@ -27,6 +29,7 @@ class ToolBox:
         private_tools: list[Tool] | None = None,
         owner_tools: list[Tool] | None = None,
         approvals: Approvals | None = None,
+        skills: SkillCatalog | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
@@ -40,6 +43,8 @@ class ToolBox:
         self.owner_tools = owner_tools if owner_tools is not None else []
         # The owner's answers to what those tools ask (/approve, /deny), when one can ask.
         self.approvals = approvals
+        # The skills whose files read_file reaches at skills/<name>/ (a group: its own only).
+        self.skills = skills
         self._built: dict[Scope, ToolRegistry] = {}
 
     def offer(self, by_scope: Mapping[str, list[Tool]]) -> None:
@@ -57,7 +62,10 @@ class ToolBox:
         if registry is None:
             registry = ToolRegistry()
             guard = ScopeGuard(scope, self.workspace, self.state_dir)
-            for tool in WorkspaceFiles(guard, self.memory).tools():
+            skills = None
+            if self.skills is not None:
+                skills = SkillFiles(self.skills, scope.name == GROUP, self.state_dir)
+            for tool in WorkspaceFiles(guard, self.memory, skills).tools():
                 registry.add(tool)
             if scope.memory:
                 for tool in self.memory_tools:

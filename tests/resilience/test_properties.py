@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from channels.base import split_message, text_length
 from channels.telegram.html import render_html, render_pieces
 from channels.utf16 import utf16_length
+from gateway.skills.catalog import SkillCatalog
 from gateway.tools.files import WorkspaceFiles
 from gateway.tools.registry import ToolError, ToolRegistry
-from gateway.tools.scope import ScopeGuard, private_scope
+from gateway.tools.scope import Scope, ScopeGuard, group_scope, private_scope
+from gateway.tools.skill_files import SkillFiles
 from memory.files import MemoryFiles
 from memory.sessions.file import file_name, key_from_file_name, parse_session_bytes
 from memory.sessions.store import SessionStore
+from tests.conftest import inbound
 from tests.fakes.telegram_api import parse_html
 
 # -- session file names -------------------------------------------------------------------------
@@ -260,6 +263,86 @@ def test_a_path_that_passes_a_symlink_loop_is_refused(tmp_path: Path) -> None:
     output = asyncio.run(registry.execute("write_file", json.dumps(arguments)))
     assert "symlink loop" in output
     assert _snapshot(outside) == before
+
+
+PRIVATE_SKILL = "PRIVATE-SKILL-BODY-31f"
+SKILL_ATOMS = [
+    "skills", "team", "owner-only", "shipped-team", "shipped-private", "SKILL.md", "out", "up",
+    "loop", "deep", "x.md", "..", ".", "", "~", "%2e%2e", "out_link", "notes", "new.md",
+    "outside-only.txt",
+]  # fmt: skip
+
+
+def _skill_jail(root: Path) -> tuple[Path, Path, SkillCatalog]:
+    """The jail, plus skills (the workspace's and shipped, for groups and not) whose folders
+    hold links out, up and in a loop."""
+    outside, workspace = _jail(root)
+    shipped = root / "shipped"
+    for folder, name, groups in (
+        (workspace / "skills", "team", True),
+        (workspace / "skills", "owner-only", False),
+        (shipped, "shipped-team", True),
+        (shipped, "shipped-private", False),
+    ):
+        skill = folder / name
+        (skill / "deep").mkdir(parents=True)
+        body = "for everyone" if groups else PRIVATE_SKILL
+        front = f"name: {name}\ndescription: A skill.\ngroups: {str(groups).lower()}"
+        (skill / "SKILL.md").write_text(f"---\n{front}\n---\n{body}\n")
+        (skill / "deep" / "x.md").write_text(body)
+        (skill / "out").symlink_to(outside)
+        (skill / "up").symlink_to("..")
+        (skill / "loop").symlink_to(skill / "loop")
+    return outside, workspace, SkillCatalog(workspace, shipped)
+
+
+def _registry(scope: Scope, workspace: Path, catalog: SkillCatalog) -> ToolRegistry:
+    state = workspace.parent / "state"
+    skills = SkillFiles(catalog, scope.name == "group", state)
+    files = WorkspaceFiles(ScopeGuard(scope, workspace, state), MemoryFiles(workspace, UTC), skills)
+    registry = ToolRegistry()
+    for tool in files.tools():
+        registry.add(tool)
+    return registry
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["skills/", "", "/", "WORKSPACE/skills/", "./skills/", "SHIPPED/"]),
+    st.lists(st.sampled_from(SKILL_ATOMS), max_size=6),
+)
+@example("skills/", ["team", "out", "outside-only.txt"])  # a link out of a group's skill
+@example("skills/", ["shipped-team", "out"])
+@example("skills/", ["team", "up", "owner-only", "SKILL.md"])  # up, into a skill not for groups
+@example("skills/", ["owner-only", "deep", "x.md"])
+@example("skills/", ["shipped-private", "SKILL.md"])
+def test_no_skill_path_reaches_beyond_the_skills_a_chat_is_offered(
+    start: str, parts: list[str]
+) -> None:
+    """Through skills/<name>/ a group reads only its skills' folders and the owner nothing outside
+    the workspace and the skills; no tool writes outside, or into a shipped skill or, from a
+    group, into any skill."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp).resolve()
+        outside, workspace, catalog = _skill_jail(root)
+        raw = start.replace("WORKSPACE/", f"{workspace}/").replace("SHIPPED/", f"{root}/shipped/")
+        raw += "/".join(parts)
+        group = _registry(group_scope(inbound("x", "-100", is_group=True)), workspace, catalog)
+        owner = _registry(private_scope(), workspace, catalog)
+        before = _snapshot(outside), _snapshot(root / "shipped"), _snapshot(workspace / "skills")
+        for registry, secrets in ((group, (SECRET, PRIVATE_SKILL)), (owner, (SECRET,))):
+            for name, arguments in [
+                ("read_file", {"path": raw}),
+                ("list_dir", {"path": raw}),
+                ("write_file", {"path": raw, "content": "written"}),
+                ("edit_file", {"path": raw, "old_text": "for", "new_text": "x"}),
+            ]:
+                output = asyncio.run(registry.execute(name, json.dumps(arguments)))
+                assert not any(s in output for s in secrets), (name, raw, output)
+                assert "outside-only" not in output and "root:x:0:0" not in output
+            if registry is group:
+                assert (_snapshot(outside), *before[1:]) == before, raw
+        assert (_snapshot(outside), _snapshot(root / "shipped")) == before[:2]
 
 
 # -- splitting ------------------------------------------------------------------------------------
