@@ -28,7 +28,7 @@ FLOORS: dict[str, list[set[str]]] = {
         {"gateway"},  # bus, errors, logs, state, units: shared by every room above
     ],
     "channels": [
-        {"channels.telegram", "channels.discord", "channels.slack"},
+        {"channels.telegram", "channels.discord", "channels.slack", "channels.matrix"},
         {"channels"},  # base, admission, inbox, pairing, live and the small helpers
     ],
     "memory": [
@@ -60,10 +60,15 @@ DISCORD_ADAPTER = (
 SLACK_ADAPTER = tuple(
     f"channels/slack/{name}.py" for name in ("channel", "connect", "delivery", "files")
 )
+MATRIX_ADAPTER = tuple(
+    f"channels/matrix/{name}.py" for name in ("channel", "connect", "live", "media")
+)
 OWNERS: dict[str, str | tuple[str, ...]] = {
     "openai": ("gateway/llm/provider.py", "gateway/llm/clients.py"),
     "telegram": TELEGRAM_ADAPTER,
     "discord": DISCORD_ADAPTER,
+    "nio": MATRIX_ADAPTER,
+    "markdown_it": "channels/matrix/render.py",
     "slack_sdk": SLACK_ADAPTER,
     "tiktoken": "memory/tokens.py",
     "tiktoken_ext": "memory/tokens.py",
@@ -211,7 +216,9 @@ def test_channels_take_only_the_channel_models_from_the_config() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == "gateway.config.models":
                 names = {alias.name for alias in node.names}
-                assert names <= {"TelegramConfig", "DiscordConfig"}, f"{path}: {names}"
+                assert names <= {"TelegramConfig", "DiscordConfig", "MatrixConfig"}, (
+                    f"{path}: {names}"
+                )
 
 
 # -- the tests themselves ------------------------------------------------------------------------
