@@ -242,7 +242,7 @@ class LiveReply:
 
     async def finish_reply(self, reply: OutboundMessage) -> bool:
         """`finish` with the reply's text: a channel's send for a reply that was shown."""
-        return await self.finish(reply.text)
+        return await self.finish(reply.text_with_commands())  # a shown reply takes no buttons
 
     async def finish(
         self, text: str | None, *, progress: Callable[[int], None] | None = None

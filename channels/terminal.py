@@ -58,7 +58,7 @@ class TerminalChannel:
 
     async def notify(self, message: OutboundMessage) -> str | None:
         """Print a message nobody asked for (exec's request for approval); None: shown."""
-        print(f"\n{message.text}\n", flush=True)
+        print(f"\n{message.text_with_commands()}\n", flush=True)
         return None
 
     async def ask(self, text: str) -> str:
@@ -67,7 +67,7 @@ class TerminalChannel:
         if reply is None:
             return ""
         await reply.sent()  # the caller prints it; a terminal refuses nothing
-        return reply.text
+        return reply.text_with_commands()
 
     async def _answer(self, text: str, printer: Printer) -> str:
         """Send one message, the answer printed as it comes; returns what is left to print."""
@@ -75,7 +75,7 @@ class TerminalChannel:
         if reply is None:
             return ""
         await reply.sent()  # printed below; a terminal refuses nothing
-        return printer.rest(reply.text)
+        return printer.rest(reply.text_with_commands())
 
     async def run(self) -> None:
         """Prompt, answer, repeat, until end of input (Ctrl-D), Ctrl-C at the prompt, or
@@ -157,7 +157,7 @@ class TerminalChannel:
                 assert line is not None
                 reply = await self._handler(self.inbound(line))
                 if reply is not None:
-                    print(f"\n{reply.text}\n", flush=True)
+                    print(f"\n{reply.text_with_commands()}\n", flush=True)
                     await reply.sent()
                 reading = asyncio.ensure_future(_read_line(""))
                 continue

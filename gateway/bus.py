@@ -6,6 +6,10 @@ A channel with streaming on also hands it a `ReplyStream`, where the answer show
 written; the returned reply is still the whole answer, which the channel puts in place of the draft.
 Once the platform has taken a reply (or refused it for good), the channel awaits `reply.sent()`: a
 stored answer is owed until then, and owed answers are sent again after a restart.
+
+A message may offer `Button`s, each a label and the command it stands for. A platform with buttons
+shows them (Telegram's inline keyboard) and turns a press into that command sent by the presser,
+admitted and answered exactly as if they had typed it; any other shows the commands to type.
 """
 
 from __future__ import annotations
@@ -81,6 +85,30 @@ class InboundMessage:
         return self.session_key or f"{self.channel}:{self.chat_id}"
 
 
+# Telegram carries a button's command as its callback_data: 1 to 64 bytes.
+BUTTON_COMMAND_BYTES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """A choice under a message: pressing it is the presser sending `command` (e.g. the label
+    "Approve" for "/approve 3f2a"). It grants nothing: the command meets the same admission and
+    the same checks as when typed, so a button is never a way around who may do what."""
+
+    label: str
+    command: str
+
+    def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError("a button needs a label")
+        size = len(self.command.encode("utf-8"))
+        if not self.command.startswith("/") or not 1 < size <= BUTTON_COMMAND_BYTES:
+            raise ValueError(
+                f"a button's command is a /command of at most {BUTTON_COMMAND_BYTES} bytes, "
+                f"got {self.command!r}"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """One reply to send to a platform; the channel splits it to the platform's limit."""
@@ -96,9 +124,17 @@ class OutboundMessage:
     reply_id: str | None = None
     # Marks a stored answer delivered; set by whoever recorded the answer as owed (the outbox).
     on_sent: Callable[[], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+    buttons: tuple[Button, ...] = ()  # choices offered under the message, in order
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", scrub(self.text))
+
+    def text_with_commands(self) -> str:
+        """The text, followed by its buttons' commands to type: what a platform that shows no
+        buttons (or a message that cannot carry them) shows instead."""
+        if not self.buttons:
+            return self.text
+        return f"{self.text}\n\nReply {' or '.join(b.command for b in self.buttons)}."
 
     async def sent(self) -> None:
         """The platform took this reply (or refused it for good): it is no longer owed.

@@ -38,7 +38,7 @@ class Shown:
         """The id of the `count`-th request shown, once it is."""
         async with asyncio.timeout(10), self.arrived:
             await self.arrived.wait_for(lambda: len(self.messages) >= count)
-        found = re.search(r"/approve (\w+)", self.messages[count - 1].text)
+        found = re.search(r"/approve (\w+)", self.messages[count - 1].text_with_commands())
         assert found is not None
         return found.group(1)
 
@@ -212,8 +212,8 @@ async def test_the_terminal_shows_the_request_and_takes_the_answer_at_once(
     try:
         await terminal.wait_for("you> ")
         terminal.type("make the file\n")
-        await terminal.wait_for("Run this command?")
-        await terminal.wait_for(" (within 30 s).")
+        await terminal.wait_for("Run this command? Answer within 30 s.")
+        await terminal.wait_for(" or /deny ")
         found = re.search(r"/approve (\w+) or", terminal.output)
         assert found is not None, terminal.output
         terminal.type(f"/approve {found.group(1)}\n")

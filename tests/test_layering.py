@@ -50,7 +50,16 @@ ACROSS: dict[str, set[str]] = {
 # modules of one adapter (each chat SDK: that adapter's parts).
 TELEGRAM_ADAPTER = tuple(
     f"channels/telegram/{name}.py"
-    for name in ("channel", "connect", "delivery", "media", "mentions", "updates")
+    for name in (
+        "channel",
+        "connect",
+        "delivery",
+        "inbound",
+        "media",
+        "mentions",
+        "presses",
+        "updates",
+    )
 )
 DISCORD_ADAPTER = (
     "channels/discord/channel.py",

@@ -182,7 +182,7 @@ class DiscordChannel:
                 message.reply_to,
             )
             return False
-        pieces = split_message(message.text, MESSAGE_LIMIT)
+        pieces = split_message(message.text_with_commands(), MESSAGE_LIMIT)  # no buttons here
         for index, piece in enumerate(pieces):
             try:
                 async with asyncio.timeout(_SEND_TIMEOUT):

@@ -5,8 +5,8 @@ that it arrived, and replayed at the next start if the process died before handl
 refuses is never written, so nothing of a stranger's text reaches the disk. This module owns
 the PTB lifecycle and a message's way from update to turn, each message's work a task of
 `channels.tasks`; the other `channels/telegram/` modules hold the parts (updates, mentions, media,
-delivery, state). Those modules are the only ones that import `telegram`; of ours they import
-`gateway.bus`, `memory.fileio` and the `channels/` root modules.
+inbound messages, button presses, delivery, state). Those modules are the only ones that import
+`telegram`; of ours they import `gateway.bus`, `memory.fileio` and the `channels/` root modules.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from telegram import Bot, Message, Update
+from telegram import Bot, CallbackQuery, Message, Update
 from telegram.ext import ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
@@ -31,7 +31,7 @@ from channels.base import ChatCommands
 from channels.errors import TelegramConfigError
 from channels.inbox import Inbox, Json, settle
 from channels.pairing import PairingStore
-from channels.reception import Reception
+from channels.reception import Reception, Step
 from channels.tasks import MessageTasks
 from channels.telegram.connect import (
     App,
@@ -42,8 +42,10 @@ from channels.telegram.connect import (
     stop_updates,
 )
 from channels.telegram.delivery import Target, TelegramDelivery
-from channels.telegram.media import attachments, download
-from channels.telegram.mentions import GROUPS, Addressing, admission_request
+from channels.telegram.inbound import press_message, read_message
+from channels.telegram.media import attachments
+from channels.telegram.mentions import Addressing, admission_request
+from channels.telegram.presses import answer_press, close_keyboard, read_press
 from channels.telegram.state import UpdateCursor
 from channels.telegram.updates import UpdateQueue, UpdatesRequest, read_update, update_date
 from gateway.bus import Handler, InboundMessage, OutboundMessage
@@ -191,7 +193,7 @@ class TelegramChannel:
             log.debug("telegram skipping handled update update_id=%s", item.update_id)
             return False
         try:
-            judged = self._judge(item.message) if item.message is not None else None
+            judged = self._judge_update(item)
         except Exception:  # protects PTB's fetching: polling (or the webhook) calls this through
             # the update queue, and anything but a TelegramError there ends polling for good; an
             # update that cannot be judged is dropped and logged instead
@@ -205,6 +207,16 @@ class TelegramChannel:
     def _judge(self, message: Message) -> Judged:
         read = admission_request(message, self._bot_id, self._bot_username)
         return None if read is None else (read[0], self._reception.judge(read[0]), read[1])
+
+    def _judge_update(self, update: Update) -> Judged:
+        """A message's judgement, or a button press's: the presser's, as if they typed it."""
+        if update.message is not None:
+            return self._judge(update.message)
+        query = update.callback_query
+        press = read_press(query) if query is not None else None
+        if press is None:
+            return None
+        return press.request, self._reception.judge(press.request), Addressing(True, False, "")
 
     async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
         # Recorded, so Telegram redelivering it is not taken a second time; a replayed update may
@@ -240,6 +252,8 @@ class TelegramChannel:
         if not self._tasks.open:
             return  # stopping: it stays in the inbox for the next start
         working = update.message is not None and self._admit(update.message, update.update_id)
+        if update.callback_query is not None:
+            working = self._admit_press(update, update.callback_query)
         if not working:
             self._finish(update.update_id)
 
@@ -259,11 +273,7 @@ class TelegramChannel:
         addressed, text = addressing.addressed, addressing.text
         thread = message.message_thread_id if message.is_topic_message else None
         target = Target(message.chat.id, thread)
-        step = self._reception.step(request, decision, text)
-        if step.reply is not None:
-            self._tasks.spawn(self.send, self._outbound(target, step.reply))
-        if step.pair:
-            self._tasks.spawn(self._answer_pair, target, request, decision, text)
+        step = self._step(target, request, decision, text)
         if not step.turn:
             return False
         name = step.command.name if step.command is not None else ""
@@ -280,6 +290,38 @@ class TelegramChannel:
         done = self._tails[target] = asyncio.Event()
         self._tasks.spawn(self._intake, message, text, addressed, target, previous, done, update_id)
         return True
+
+    def _admit_press(self, update: Update, query: CallbackQuery) -> bool:
+        """A button pressed: Telegram hears at once that it arrived, and its command goes on as
+        the presser's own message (see presses.py); True as for `_admit`."""
+        if (bot := self._running_bot()) is not None:
+            self._tasks.spawn(answer_press, bot, query.id)
+        known = update.update_id in self._judged
+        judged = self._judged.pop(update.update_id) if known else self._judge_update(update)
+        press = read_press(query)
+        if judged is None or press is None:
+            return False
+        target = Target(press.chat_id, press.thread_id)
+        if not self._step(target, judged[0], judged[1], press.command).turn:
+            return False
+        inbound = press_message(press, self._reception.is_owner)
+        self._tasks.spawn(self._pressed, inbound, target, update.update_id)
+        return True
+
+    async def _pressed(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
+        await self._turn(inbound, target, update_id)
+        bot = self._running_bot()
+        if inbound.sender_is_owner and bot is not None and inbound.message_id is not None:
+            await close_keyboard(bot, target.chat_id, int(inbound.message_id))  # chosen
+
+    def _step(self, target: Target, request: Request, decision: Decision, text: str) -> Step:
+        """What follows admission's decision; a stranger's code or a /pair answered here."""
+        step = self._reception.step(request, decision, text)
+        if step.reply is not None:
+            self._tasks.spawn(self.send, self._outbound(target, step.reply))
+        if step.pair:
+            self._tasks.spawn(self._answer_pair, target, request, decision, text)
+        return step
 
     async def _answer_pair(
         self, target: Target, request: Request, decision: Decision, text: str
@@ -304,7 +346,8 @@ class TelegramChannel:
         try:
             if previous is not None:
                 await previous.wait()
-            inbound = await self._inbound(message, text, addressed, target)
+            owner = self._reception.is_owner
+            inbound = await read_message(message, text, addressed, target, self._workspace, owner)
             if inbound is None:
                 self._finish(update_id)
             else:
@@ -320,39 +363,6 @@ class TelegramChannel:
             done.set()
             if self._tails.get(target) is done:
                 del self._tails[target]
-
-    async def _inbound(
-        self, message: Message, text: str, addressed: bool, target: Target
-    ) -> InboundMessage | None:
-        notes: list[str] = []
-        media: list[str] = []
-        for kind, attachment, name in attachments(message):
-            note, path = await download(
-                self._workspace, kind, attachment, name, str(target.chat_id)
-            )
-            notes.append(note)
-            if path:
-                media.append(path)
-        body = "\n".join([*notes, text]).strip()
-        if not body:
-            return None
-        user = message.from_user
-        assert user is not None
-        topic = f"telegram:{target.chat_id}:topic:{target.thread_id}" if target.thread_id else None
-        return InboundMessage(
-            channel=self.name,
-            chat_id=str(target.chat_id),
-            sender_id=str(user.id),
-            text=body,
-            sender_name=user.full_name,  # InboundMessage scrubs lone surrogates
-            media=tuple(media),
-            is_group=message.chat.type in GROUPS,
-            sender_is_owner=self._reception.is_owner(str(user.id), user.username),
-            sender_username=user.username,  # a job records it: allow_from may list @names
-            mentioned=addressed,
-            message_id=str(message.message_id),
-            session_key=topic,
-        )
 
     async def _turn(self, inbound: InboundMessage, target: Target, update_id: int) -> None:
         live = None
@@ -423,10 +433,7 @@ class TelegramChannel:
         return sent
 
     def _running_bot(self) -> Bot | None:
-        if self._app is None:
-            return None
-        bot: Bot = self._app.bot  # PTB types the application's bot as Any
-        return bot
+        return None if self._app is None else cast(Bot, self._app.bot)  # PTB types it as Any
 
     def _outbound(self, target: Target, text: str) -> OutboundMessage:
         meta = {"thread_id": str(target.thread_id)} if target.thread_id else {}

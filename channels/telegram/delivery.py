@@ -2,7 +2,7 @@
 replies shown while they are written (drafts in private chats, else a message edited).
 
 Part of the Telegram adapter, so it may import `telegram`; of ours `gateway.bus` and the
-channels' own HTML renderer, live replies and message tasks.
+channels' own HTML renderer, keyboards, live replies and message tasks.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from telegram import Bot, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from channels.live import LiveReply, Pacer
 from channels.tasks import MessageTasks
 from channels.telegram.html import Piece, markdown_parts, render_part
+from channels.telegram.presses import keyboard
 from gateway.bus import OutboundMessage
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ class TelegramDelivery:
             return await self.send_pieces(message, skip=skip, progress=progress)
         # Like a reply's pieces, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
-            text = message.text if message is not None else None
+            # A shown reply's messages take no keyboard: its buttons become commands to type.
+            text = message.text_with_commands() if message is not None else None
             return await live.finish(text, progress=progress)
 
     async def live_turn(self, chat_id: int, *, wait: bool) -> bool:
@@ -131,6 +133,8 @@ class TelegramDelivery:
             log.warning("telegram send while not running chat_id=%s", chat_id)
             return False
         parts = await asyncio.to_thread(rendered_parts, message.text)  # scrubbed by OutboundMessage
+        last = (len(parts) - 1, len(parts[-1]) - 1) if parts else None
+        markup = keyboard(message.buttons)  # under the reply's last piece
         sent = True
         # One reply's pieces go out together, never interleaved with another reply to the chat.
         async with self._send_locks[chat_id]:
@@ -139,17 +143,27 @@ class TelegramDelivery:
                     continue
                 for number, piece in enumerate(pieces):
                     reply = reply_to if index == number == 0 else None
-                    made = await self._send_piece(bot, chat_id, piece, thread_id, reply)
+                    buttons = markup if (index, number) == last else None
+                    made = await self._send_piece(bot, chat_id, piece, thread_id, reply, buttons)
                     sent = made is not None and sent
                 if progress is not None and index + 1 < len(parts):
                     progress(index + 1)
         return sent
 
     async def _send_piece(
-        self, bot: Bot, chat_id: int, piece: Piece, thread_id: int | None, reply_to: int | None
+        self,
+        bot: Bot,
+        chat_id: int,
+        piece: Piece,
+        thread_id: int | None,
+        reply_to: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int | None:
-        """Send one piece; the id of the message it made, or None when it did not go out."""
+        """Send one piece (with `markup` under it); the id of the message it made, or None when
+        it did not go out."""
         options: dict[str, Any] = {"chat_id": chat_id, "message_thread_id": thread_id}
+        if markup is not None:
+            options["reply_markup"] = markup
         if reply_to is not None:
             options["reply_parameters"] = ReplyParameters(
                 reply_to, allow_sending_without_reply=True

@@ -180,11 +180,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 elif shown.closed:
                     pass  # the reader has gone (`| head`): it wants no more
                 elif printer.printed and reply is not None:
-                    rest = printer.rest(reply.text)
+                    rest = printer.rest(reply.text_with_commands())
                     if rest:
                         print(rest, flush=True)
                 else:
-                    print(reply.text if reply is not None else "", flush=True)
+                    print(reply.text_with_commands() if reply is not None else "", flush=True)
             except BrokenPipeError:
                 shown.closed = True
             if reply is not None:

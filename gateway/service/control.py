@@ -248,7 +248,8 @@ async def _answer(
             session_key=request.get("session") or None,
         )
         reply = await handler(message, stream=pieces)
-        answer = {"text": reply.text if reply else "", "failed": bool(reply and reply.failed)}
+        text = reply.text_with_commands() if reply else ""  # a terminal shows no buttons
+        answer = {"text": text, "failed": bool(reply and reply.failed)}
         return answer, [reply] if reply is not None else []
     return ops[op](request), []
 

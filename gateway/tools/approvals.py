@@ -1,7 +1,8 @@
 """Approvals: a command waiting for the owner's yes in the chat that asked for it.
 
-A request is shown in its chat with an id; `/approve ID` or `/deny ID` from the owner in that same
-chat answers it, and no answer within the timeout refuses it. Only the waiting turn waits: the
+A request is shown in its chat with an id and two buttons, Approve and Deny, standing for
+`/approve ID` and `/deny ID`; either command from the owner in that same chat (typed, or a button
+pressed) answers it, and no answer within the timeout refuses it. Only the waiting turn waits: the
 answer arrives as a command, which the agent handles outside any session's lock, so other chats
 (and this one's commands) go on. A guest, or anyone in a group, cannot answer one.
 """
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gateway.bus import InboundMessage, OutboundMessage
+from gateway.bus import Button, InboundMessage, OutboundMessage
 from gateway.tools.registry import turn_stream
 
 log = logging.getLogger(__name__)
@@ -56,20 +57,20 @@ class Approvals:
         pending = _Pending(origin.key, command)
         self._pending[ident] = pending
         shown = command if len(command) <= 600 else command[:600] + " …"
-        text = (
-            f"Run this command?\n\n{shown}\n\n"
-            f"Answer /approve {ident} or /deny {ident} (within {self.timeout:g} s)."
+        request = OutboundMessage(
+            origin.channel,
+            origin.chat_id,
+            f"Run this command? Answer within {self.timeout:g} s.\n\n{shown}",
+            buttons=(Button("Approve", f"/approve {ident}"), Button("Deny", f"/deny {ident}")),
         )
         try:
             problem = (
-                "no way to reach the chat"
-                if self.notify is None
-                else await self.notify(OutboundMessage(origin.channel, origin.chat_id, text))
+                "no way to reach the chat" if self.notify is None else await self.notify(request)
             )
             if problem is not None and (stream := turn_stream.get()) is not None:
                 # A chat no message can reach (a terminal attached to the service) may still
                 # show the turn's own stream.
-                await stream.status(text)
+                await stream.status(request.text_with_commands())
                 problem = None
             if problem is not None:
                 log.warning("approval request not shown session=%s reason=%s", origin.key, problem)

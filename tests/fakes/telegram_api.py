@@ -4,6 +4,10 @@ Tests push updates that a long-polling getUpdates hands out (honouring offset), 
 getFile and download, and script failures (400 "can't parse entities", 429 with retry_after); every
 call is recorded. The bot's messages are kept as the person sees them (edits included); drafts
 (sendMessageDraft) are taken in private chats unless `drafts_refused`; deleteMessage removes one.
+An inline keyboard sent with a message is kept with it; `press` has a person press one of its
+buttons (a callback_query update), which the bot answers with answerCallbackQuery (once, as
+Telegram allows) and may take off with editMessageReplyMarkup (editMessageText without a
+reply_markup takes it off too, as Telegram does).
 Unknown methods get Telegram's JSON error with status 400 (PTB reads 401 and 404 as a bad token).
 A real `TelegramChannel` is run against it by `tests.fakes.telegram_harness`.
 """
@@ -40,7 +44,8 @@ BOT = {
 WAIT = 10.0  # seconds a test waits for the fake to see something
 
 # Parameters PTB sends JSON-encoded inside form fields; everything else stays a string.
-_JSON_PARAMS = {"reply_parameters", "allowed_updates", "commands", "scope", "entities"}
+_JSON_PARAMS = {"reply_parameters", "allowed_updates", "commands", "scope", "entities",
+                "reply_markup"}  # fmt: skip
 _INT_PARAMS = {"message_thread_id", "offset", "limit", "timeout", "max_connections", "message_id",
                "draft_id"}  # fmt: skip
 _MENTION = re.compile(r"(?<![\w@])@\w{3,}|^/\w+(?:@\w+)?")
@@ -149,6 +154,7 @@ class FakeTelegram:
     on_call: Callable[[Call], None] | None = None  # a test's look at the world as each call arrives
     # The bot's messages as they stand now, per chat: message_id -> {"plain", "html", ...}.
     chats: dict[int, dict[int, Json]] = field(default_factory=dict)
+    presses: dict[str, bool] = field(default_factory=dict)  # callback query id -> answered
     _update_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _message_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -209,6 +215,52 @@ class FakeTelegram:
                 "text": "an earlier answer",
             }
         return self.push({"message": message})
+
+    def press(
+        self,
+        chat_id: int,
+        message_id: int,
+        label: str,
+        *,
+        user_id: int = 42,
+        username: str | None = "alice",
+    ) -> str:
+        """A person presses the button labelled `label` under the bot's message, as Telegram
+        reports it (a callback_query carrying the button's callback_data); returns the query id.
+        A button the message does not show cannot be pressed."""
+        kept = self.chats.get(chat_id, {}).get(message_id)
+        rows = (kept or {}).get("keyboard") or {}
+        buttons = [b for row in rows.get("inline_keyboard", []) for b in row]
+        found = [b for b in buttons if b.get("text") == label]
+        if not found:
+            raise AssertionError(
+                f"message {message_id} in chat {chat_id} shows no {label!r} button"
+            )
+        assert kept is not None
+        query_id = str(next(self._update_ids) * 7919)  # Telegram's ids are long digit strings
+        self.presses[query_id] = False
+        sender = {"id": user_id, "is_bot": False, "first_name": "Presser"}
+        if username:
+            sender["username"] = username
+        message = self._message_json(chat_id, message_id, kept)
+        self.push(
+            {
+                "callback_query": {
+                    "id": query_id,
+                    "from": sender,
+                    "message": message,
+                    "chat_instance": str(-chat_id * 31),
+                    "data": found[0]["callback_data"],
+                }
+            }
+        )
+        return query_id
+
+    def keyboard(self, chat_id: int, message_id: int) -> list[str]:
+        """The labels of the buttons under one of the bot's messages as it shows now."""
+        kept = self.chats.get(chat_id, {}).get(message_id) or {}
+        rows = (kept.get("keyboard") or {}).get("inline_keyboard", [])
+        return [button["text"] for row in rows for button in row]
 
     def add_file(
         self, data: bytes, *, file_id: str, unique_id: str, path: str, size: int | None = None
@@ -422,11 +474,15 @@ class FakeTelegram:
         }
         if "message_thread_id" in params:
             message["message_thread_id"] = params["message_thread_id"]
+        if params.get("reply_markup"):
+            message["reply_markup"] = params["reply_markup"]
         self.chats.setdefault(chat_id, {})[message["message_id"]] = {
             "plain": text,
             "html": params.get("parse_mode") == "HTML",
             "source": params.get("text", ""),
             "reply_to": (params.get("reply_parameters") or {}).get("message_id"),
+            "keyboard": params.get("reply_markup"),
+            "date": message["date"],
         }
         _CALL.get().status = 200  # Telegram has made it, whether or not its answer arrives
         return message
@@ -450,10 +506,16 @@ class FakeTelegram:
         if utf16_len(text) > 4096:
             return _error(400, "Bad Request: MESSAGE_TOO_LONG")
         html_mode = params.get("parse_mode") == "HTML"
-        if (kept["source"], kept["html"]) == (params.get("text", ""), html_mode):
+        markup = params.get("reply_markup")
+        if (kept["source"], kept["html"], kept.get("keyboard")) == (
+            params.get("text", ""),
+            html_mode,
+            markup,
+        ):
             return _error(400, "Bad Request: message is not modified: specified new message "
                           "content and reply markup are exactly the same")  # fmt: skip
-        kept.update(plain=text, html=html_mode, source=params.get("text", ""))
+        # An edit without reply_markup takes an inline keyboard off, as Telegram's does.
+        kept.update(plain=text, html=html_mode, source=params.get("text", ""), keyboard=markup)
         return {
             "message_id": message_id,
             "date": int(time.time()),
@@ -462,6 +524,42 @@ class FakeTelegram:
             "from": BOT,
             "text": text,
         }
+
+    async def _api_editMessageReplyMarkup(self, params: Json) -> Json | web.Response:
+        chat_id, message_id = params.get("chat_id"), params.get("message_id")
+        if not isinstance(chat_id, int):
+            return _error(400, "Bad Request: chat not found")
+        kept = self.chats.get(chat_id, {}).get(message_id) if isinstance(message_id, int) else None
+        if kept is None:
+            return _error(400, "Bad Request: message to edit not found")
+        markup = params.get("reply_markup") or None  # none: the keyboard goes
+        if markup == kept.get("keyboard"):
+            return _error(400, "Bad Request: message is not modified: specified new message "
+                          "content and reply markup are exactly the same")  # fmt: skip
+        kept["keyboard"] = markup
+        assert isinstance(message_id, int)
+        return self._message_json(chat_id, message_id, kept)
+
+    async def _api_answerCallbackQuery(self, params: Json) -> bool | web.Response:
+        query_id = str(params.get("callback_query_id"))
+        if self.presses.get(query_id, True):  # unknown, or answered already
+            return _error(400, "Bad Request: query is too old and response timeout expired or "
+                          "query ID is invalid")  # fmt: skip
+        self.presses[query_id] = True
+        return True
+
+    def _message_json(self, chat_id: int, message_id: int, kept: Json) -> Json:
+        """One of the bot's messages as the Bot API returns it now."""
+        message: Json = {
+            "message_id": message_id,
+            "date": kept.get("date", int(time.time())),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": BOT,
+            "text": kept["plain"],
+        }
+        if kept.get("keyboard"):
+            message["reply_markup"] = kept["keyboard"]
+        return message
 
     async def _api_deleteMessage(self, params: Json) -> bool | web.Response:
         chat_id, message_id = params.get("chat_id"), params.get("message_id")
