@@ -225,3 +225,32 @@ async def test_the_owner_is_offered_spawn_only_where_background_agents_can_run(
     first, second = fake_llm.chat_requests()[:2]
     assert "spawn" in {t["function"]["name"] for t in first["tools"]}
     assert "only while the service runs" in tool_results(second)[-1]
+
+
+async def test_a_background_agent_past_its_limits_tells_the_chat_why_it_stopped(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """One past agent.subagents.timeout, and one past max_turns, each report to the chat that
+    they stopped and which limit stopped them."""
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": "slow one", "label": "slow"}), match=_chat)
+    fake_llm.push(text("slow started"), match=_chat)
+    fake_llm.push(text("too late"), hold=release, match=is_background)
+    fake_llm.push(tool_call("spawn", {"task": "busy one", "label": "busy"}), match=_chat)
+    fake_llm.push(text("busy started"), match=_chat)
+    fake_llm.push(tool_call("list_dir", {"path": "."}), match=is_background)
+    settings = {"timeout": 1, "max_turns": 1}
+    async with gateway(tmp_path, fake_llm, fake_telegram, **settings) as runtime:
+        fake_telegram.message("start the slow one")
+        await fake_telegram.wait_for(
+            lambda: any(
+                "stopped after 1 s (agent.subagents.timeout)" in t for t in _plain(fake_telegram)
+            )
+        )
+        release.set()
+        fake_telegram.message("start the busy one")
+        await fake_telegram.wait_for(
+            lambda: any("(stopped after 1 model calls" in t for t in _plain(fake_telegram))
+        )
+        await _wait(runtime, lambda: _background(runtime).finished == 2)
+    assert not any("too late" in t for t in _plain(fake_telegram))

@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -130,9 +130,8 @@ class Subagents:
                 self._group = group
                 for job in left:
                     log.info("background task interrupted by a restart id=%s", job.id)
-                    group.create_task(
-                        self._report(job, interrupted(job)), name=f"subagent-{job.id}"
-                    )
+                    report = self._guarded(job, self._report(job, interrupted(job)))
+                    group.create_task(report, name=f"subagent-{job.id}")
                 await asyncio.Event().wait()  # ends only by cancellation
         finally:
             self._group = None
@@ -225,7 +224,9 @@ class Subagents:
         )
         self._listed[job.id] = job
         await self._save()  # listed before it starts: a kill from now on is reported
-        work = self._group.create_task(self._work(job), name=f"subagent-{job.id}")
+        work = self._group.create_task(
+            self._guarded(job, self._work(job)), name=f"subagent-{job.id}"
+        )
         self._running[job.id] = (job, time.monotonic(), work)
         log.info("background task started id=%s parent=%s", job.id, job.parent)
         return (
@@ -234,6 +235,15 @@ class Subagents:
         )
 
     # -- one background agent ----------------------------------------------------------------------
+    async def _guarded(self, job: Assignment, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            # This task's own: a failure to store or send one result (a full disk, a bug) must
+            # not end the task group and every other background agent with it. It stays listed,
+            # so the next start reports it.
+            log.exception("background task could not report id=%s", job.id)
+
     async def _work(self, job: Assignment) -> None:
         try:
             result = await self._outcome(job)
