@@ -18,10 +18,18 @@ $(VENV)/.dev: $(BIN)/memgate
 run: $(BIN)/memgate
 	$(BIN)/memgate chat
 
+# Synapse, the real homeserver the Matrix tests run against, pins many libraries of its own, so
+# it gets a virtualenv of its own, built once and then kept (`make clean` removes it).
+SYNAPSE_VENV := .venv-synapse
+$(SYNAPSE_VENV)/.built:
+	$(PYTHON) -m venv $(SYNAPSE_VENV)
+	$(SYNAPSE_VENV)/bin/pip install --quiet 'matrix-synapse==1.163.2'
+	@touch $@
+
 # -n auto is one and a half workers a core (tests/conftest.py says why). The bytecode is written
 # first because each test's child process would otherwise compile every module of ours again
 # where PYTHONDONTWRITEBYTECODE is set (as in many containers).
-test: lint
+test: lint $(SYNAPSE_VENV)/.built
 	$(BIN)/python -m compileall -q gateway channels memory tests
 	$(BIN)/python -m pytest -n auto
 
@@ -51,4 +59,4 @@ systemd-check:
 	deploy/systemd-check/run.sh
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(SYNAPSE_VENV) build dist *.egg-info

@@ -5,7 +5,8 @@ ChannelError
 │   ├── AccessError              an access setting (a policy; `open` without `"*"`)
 │   ├── TelegramConfigError      Telegram refused the token or a setting; webhooks not installed
 │   ├── DiscordChannelError      Discord refused the token or the MESSAGE CONTENT intent
-│   └── SlackChannelError        Slack refused a token, or the app lacks a scope or Socket Mode
+│   ├── SlackChannelError        Slack refused a token, or the app lacks a scope or Socket Mode
+│   └── MatrixChannelError       the homeserver refused the login, or the bot cannot post
 └── PairingError             a pairing request that cannot be carried out, or pairing.json unreadable
 
 Each adapter translates its SDK's errors into these at its edge, chained with `from exc` (never
@@ -37,6 +38,10 @@ class DiscordChannelError(ChannelConfigError):
 
 class SlackChannelError(ChannelConfigError):
     """Slack refuses to serve this app (a bad token, a missing scope, Socket Mode off)."""
+
+
+class MatrixChannelError(ChannelConfigError):
+    """The homeserver refuses this bot (bad token or password, another user's token)."""
 
 
 class PairingError(ChannelError):

@@ -45,7 +45,7 @@ TRUNCATE_AT = 1 << 20  # bytes: a journal this large is emptied whenever nothing
 # Each channel's journal in the state folder, `<channel>-<bot id>-inbox.jsonl`, and the field
 # of an entry that holds its growing id.
 JOURNAL_SUFFIX = "-inbox.jsonl"
-ID_FIELDS = {"telegram": "update_id", "discord": "message_id", "slack": "seq"}
+ID_FIELDS = {"telegram": "update_id", "discord": "message_id", "matrix": "seq", "slack": "seq"}
 
 
 def waiting(state_dir: Path) -> dict[str, int]:

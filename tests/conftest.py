@@ -33,6 +33,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
 from tests.forkserver import run_forked
+from tests.synapse import Synapse
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -104,6 +105,18 @@ async def fake_discord() -> AsyncIterator[FakeDiscord]:
         yield fake
     finally:
         await discord_api.stop_fake_discord(fake, runner)
+
+
+@pytest.fixture(scope="session")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    """A real Synapse homeserver on 127.0.0.1 (tests/synapse.py), one per worker: its start
+    takes seconds, and each test makes accounts and rooms of its own in it."""
+    server = Synapse(tmp_path_factory.mktemp("synapse"), listen_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

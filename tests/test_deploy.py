@@ -222,11 +222,12 @@ def file_keys(tree: dict[str, object], prefix: str = "") -> set[str]:
 
 
 def test_env_example_names_every_secret_and_ships_none() -> None:
-    """The env example has the three secrets, each left empty."""
+    """The env example has the four secrets, each left empty."""
     assert read_env_example() == {
         "OPENAI_API_KEY": "",
         "TELEGRAM_BOT_TOKEN": "",
         "DISCORD_BOT_TOKEN": "",
+        "MATRIX_ACCESS_TOKEN": "",
     }
 
 
@@ -251,6 +252,7 @@ def test_example_config_reads_secrets_only_from_the_environment() -> None:
         "llm.api_key": example["llm"]["api_key"],
         "channels.telegram.token": example["channels"]["telegram"]["token"],
         "channels.discord.token": example["channels"]["discord"]["token"],
+        "channels.matrix.token": example["channels"]["matrix"]["token"],
     }
     names = {key: re.fullmatch(r"\$\{(\w+)\}", value) for key, value in secrets.items()}
     assert all(names.values()), secrets

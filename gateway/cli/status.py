@@ -54,7 +54,7 @@ def describe_access(config: Config) -> list[str]:
     except PairingError as exc:
         return [f"  access:   {exc}"]
     lines = []
-    for name in ("telegram", "discord"):
+    for name in ("telegram", "discord", "matrix"):
         section: ChatChannelConfig = getattr(config.channels, name)
         owners = [entry for entry in section.allow_from if entry.strip() != "*"]
         everyone = " + everyone as guests" if "*" in section.allow_from else ""
@@ -93,6 +93,9 @@ def describe(config: Config) -> str:
         f" (token {mask(config.channels.telegram.token)}, allow_from {config.channels.telegram.allow_from})",
         f"  discord:  {'enabled' if config.channels.discord.enabled else 'disabled'}"
         f" (token {mask(config.channels.discord.token)}, allow_from {config.channels.discord.allow_from})",
+        f"  matrix:   {'enabled' if config.channels.matrix.enabled else 'disabled'}"
+        f" ({config.channels.matrix.user_id or 'no user_id'} on {config.channels.matrix.homeserver},"
+        f" allow_from {config.channels.matrix.allow_from})",
     ]
     return "\n".join(
         [

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.console import ConsoleConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
+from gateway.config.matrix import MatrixConfig as MatrixConfig
 from gateway.config.subagents import SubagentsConfig
 from gateway.config.memory_updates import MemoryUpdatesConfig
 from gateway.config.tools import ToolsConfig
@@ -248,6 +249,8 @@ class ChannelsConfig(_Section):
     """The Telegram bot (see docs/telegram.md)."""
     discord: DiscordConfig = DiscordConfig()
     """The Discord bot (see docs/discord.md)."""
+    matrix: MatrixConfig = MatrixConfig()
+    """The Matrix bot (see README, "Matrix")."""
 
 
 class HealthConfig(_Section):
@@ -351,6 +354,7 @@ class Config(_Section):
         """Every secret value in this config, for log redaction."""
         values = [self.llm.api_key, self.channels.telegram.token, self.channels.discord.token]
         values.append(self.channels.telegram.webhook_secret or "")
+        values += [self.channels.matrix.token, self.channels.matrix.password]
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
         values.append((self.memory.llm and self.memory.llm.api_key) or "")

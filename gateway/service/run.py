@@ -37,6 +37,7 @@ from gateway.tools.jobs import JobTools
 
 if TYPE_CHECKING:
     from channels.discord.channel import DiscordChannel
+    from channels.matrix.channel import MatrixChannel
     from channels.telegram.channel import TelegramChannel
     from gateway.tools.mcp import McpServers
 
@@ -48,7 +49,7 @@ MCP_QUIET = 0.5  # seconds with no message being answered before MCP servers sta
 
 def build_channels(
     config: Config, runtime: Runtime, pairing: PairingStore | None = None
-) -> list[TelegramChannel | DiscordChannel]:
+) -> list[TelegramChannel | DiscordChannel | MatrixChannel]:
     """The enabled channels, each handing its messages to the agent; each takes its own config
     section, validated when the config was loaded."""
     handler = runtime.agent.handle
@@ -60,7 +61,8 @@ def build_channels(
         "state_dir": config.state_dir,
     }
     telegram, discord = config.channels.telegram, config.channels.discord
-    for name, section in (("telegram", telegram), ("discord", discord)):
+    matrix = config.channels.matrix
+    for name, section in (("telegram", telegram), ("discord", discord), ("matrix", matrix)):
         if section.enabled and not section.allow_from and section.dm_policy == "pairing":
             log.warning(
                 "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
@@ -73,7 +75,7 @@ def build_channels(
                 "everyone who tries is logged once so you can add it",
                 name,
             )
-    channels: list[TelegramChannel | DiscordChannel] = []
+    channels: list[TelegramChannel | DiscordChannel | MatrixChannel] = []
     # Imported here, not at the top: each SDK costs tens of megabytes and a good part of a
     # second to load, and a gateway runs only the platforms its config enables.
     if telegram.enabled:
@@ -85,6 +87,10 @@ def build_channels(
         from channels.discord.channel import DiscordChannel
 
         channels.append(DiscordChannel(handler, discord, **shared))
+    if matrix.enabled:
+        from channels.matrix.channel import MatrixChannel
+
+        channels.append(MatrixChannel(handler, matrix, **shared))
     return channels
 
 
@@ -123,7 +129,8 @@ def chat_ready(channels: Sequence[Channel]) -> ChannelReady:
 
 
 def require_a_channel(config: Config) -> None:
-    if not (config.channels.telegram.enabled or config.channels.discord.enabled):
+    enabled = config.channels.telegram.enabled or config.channels.discord.enabled
+    if not (enabled or config.channels.matrix.enabled):
         raise ConfigError(
             f"{config.source}: no channel is enabled. Set channels.telegram.enabled: true "
             "(with TELEGRAM_BOT_TOKEN and allow_from) or channels.discord.enabled: true "
@@ -145,7 +152,7 @@ async def run_service(config: Config) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    serving: list[TelegramChannel | DiscordChannel] = []
+    serving: list[TelegramChannel | DiscordChannel | MatrixChannel] = []
     access = AccessInForce(config)  # the channels' and the scheduler's, changed by a reload
 
     def on_reload() -> None:
