@@ -21,6 +21,7 @@ from bench.busy_year import QUERIES, TALKING_CHATS, busy_year
 from bench.fakellm import BenchLLM
 from bench.figures import Plan
 from bench.mcp_start import HANG_TIMEOUT, mcp_start
+from bench.memory_quality import RECALL_EVERY, REPEAT_EVERY, TURNS, WINDOW, memory_quality
 from bench.runner import Bench, both_systems
 from bench.startup import startup
 from bench.venvs import REPO, nanobot_python, package_version, tools_python
@@ -134,6 +135,15 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"spawn) with and without a server that never answers (default start_timeout, 20 s), "
         f"from spawning the console script to `/healthz` answering 200 and to the fake receiving "
         f"the answer, and from SIGTERM to exit. Runs as d.",
+        f"- j: memgate alone, in the orchestrating process against the test fake scripted as a "
+        f"naive model: {TURNS} turns in the owner's DM (`memory.window` {WINDOW}), the person "
+        f"stating a new fact each turn and every {REPEAT_EVERY}th turn an earlier one again in "
+        f"capitals with doubled spaces; every {RECALL_EVERY}th turn the chat model calls "
+        f"`memory_search` before it answers. Consolidation's model files every fact it reads and "
+        f"every recalled snippet it can see as a new line ('The user once said: ...'), as a model "
+        f"re-extracting its own recall does; recalls reach it as markers, so none can be. One run "
+        f"(the figures are counts). With the markers taken out of the code, the same script ends "
+        f"with 8 recalls filed again (and 51 more caught as repeats).",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts}, h {plan.year} "
         f"per system; the "
@@ -145,14 +155,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each; write nothing")
     parser.add_argument(
-        "--only", default="abcdefghi", help="figures to run, e.g. a,f (then nothing is written)"
+        "--only", default="abcdefghij", help="figures to run, e.g. a,f (then nothing is written)"
     )
     args = parser.parse_args()
     only = set(args.only.replace(",", ""))
-    unknown = only - set("abcdefghi")
+    unknown = only - set("abcdefghij")
     if unknown:
-        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to i)")
-    partial = only != set("abcdefghi")
+        parser.error(f"--only: no figure {', '.join(sorted(unknown))} (figures are a to j)")
+    partial = only != set("abcdefghij")
     writes = not args.quick and not partial
     plan = Plan(1, 1, 1, 1, 1, 1, 1, 1) if args.quick else Plan()
     started = time.monotonic()
@@ -206,6 +216,9 @@ def main() -> None:
         if "i" in only:
             print("i. MCP servers at start", flush=True)
             rows += mcp_start(bench, systems, plan.startup)
+        if "j" in only:
+            print("j. memory that does not feed on itself", flush=True)
+            rows += memory_quality()
         if not partial:
             data = bench.scratch / "plot.json"
             data.write_text(json.dumps({"history": history_plot, "prompts": prompt_plot}))

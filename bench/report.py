@@ -26,6 +26,7 @@ FIGURES = {
     "g": "g. Time to first visible text (400-token reply written at 50 tokens/s)",
     "h": "h. A year of a busy bot: 10,000 chats, 1,000,000 stored messages (memgate alone)",
     "i": "i. MCP servers at start (memgate alone)",
+    "j": "j. Memory that does not feed on itself: a 300-turn chat recalling memory every 5th turn (memgate alone)",
 }
 
 
@@ -152,6 +153,12 @@ TARGETS = [
         lambda r: max(r["i.run.healthy"].median("memgate"), r["i.run.reply"].median("memgate")),
         lambda v: v <= 1000,
         "{:,.0f} ms",
+    ),
+    Target(
+        "j: no recall of memory filed into MEMORY.md again over the 300-turn chat",
+        lambda r: r["j.refiled"].median("memgate"),
+        lambda v: v == 0,
+        "{:.0f} lines",
     ),
 ]
 
