@@ -142,8 +142,9 @@ def notes(plan: Plan, minutes: float) -> list[str]:
         f"`memory_search` before it answers. Consolidation's model files every fact it reads and "
         f"every recalled snippet it can see as a new line ('The user once said: ...'), as a model "
         f"re-extracting its own recall does; recalls reach it as markers, so none can be. One run "
-        f"(the figures are counts). With the markers taken out of the code, the same script ends "
-        f"with 8 recalls filed again (and 51 more caught as repeats).",
+        f"(the figures are counts), the turns left unconsolidated at the end then consolidated as "
+        f"`memgate memory consolidate` does. With the markers taken out of the code, the same "
+        f"script ends with 8 recalls filed again (and 52 more caught as repeats).",
         f"- Runs: a {plan.overhead}, b {plan.history}, c {plan.held}, d {plan.startup}, "
         f"e {plan.rss_small} (1k) and {plan.rss_large} (10k), f {plan.prompts}, h {plan.year} "
         f"per system; the "

@@ -7,7 +7,7 @@ repeats an old one in other case and spacing, and where every fifth turn the mod
 paraphrases every recalled snippet it is shown as "The user once said: ..." (as models do), so a
 recall that reached it comes back as a new line. Figures: MEMORY.md lines that are recalls filed
 again (0 expected: recalls reach consolidation as markers), duplicate lines dropped, the MEMORY.md
-it ends with, and the run's time.
+it ends with once every turn is consolidated, and the run's time.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from bench.stats import Row
 from gateway.bus import InboundMessage
 from gateway.config.file import parse_config
 from gateway.service.app import open_runtime
+from memory.consolidation.consolidator import Job
 from tests.fakes.llm import (
     Reply,
     compaction_reply,
@@ -40,6 +41,7 @@ RECALL_EVERY = 5
 REPEAT_EVERY = 7  # a turn that repeats an earlier fact, in capitals and with doubled spaces
 WINDOW = 20  # messages: a consolidation about every ten turns
 RECALLED = "- The user once said: "
+KEY = "bench:1"
 _TURN = re.compile(r"turn (\d+):")
 _LINE = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] (?P<role>[A-Z]+): (?P<text>.*)$")
 
@@ -112,6 +114,9 @@ async def run(root: Path) -> dict[str, float]:
                 message = InboundMessage("bench", "1", "owner", said(turn), sender_is_owner=True)
                 await runtime.agent.handle(message)
                 fake.requests.clear()  # counts only; the bodies would add up
+            # The rest consolidated too, as `memgate memory consolidate` does: every turn counts.
+            await runtime.consolidator.wait_idle()
+            runtime.consolidator.enqueue(Job(KEY, KEY, everything=True))
             await runtime.consolidator.wait_idle()
             memory = runtime.memory.read_memory()
             counts = runtime.consolidator.curator.counts
