@@ -64,6 +64,12 @@ COMMANDS: tuple[CommandSpec, ...] = (
         _EVERYWHERE,
     ),
     CommandSpec(
+        "skills",
+        "Skills I can use here",
+        "the skills offered in this chat, and why any is unavailable",
+        frozenset({"help"}),
+    ),
+    CommandSpec(
         "tasks",
         "Background tasks of this chat",
         "the background tasks running for this chat (/stop stops them too)",

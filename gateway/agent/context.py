@@ -16,7 +16,9 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 
 from gateway.bus import InboundMessage
-from gateway.tools.scope import Scope
+from gateway.skills.catalog import SkillCatalog, Skills
+from gateway.skills.prompt import skills_section
+from gateway.tools.scope import GROUP, Scope
 from memory.budget import Part, PromptBudget
 from memory.files import MemoryFiles
 from memory.search.tools import SEARCH_PROMPT
@@ -89,6 +91,7 @@ class ContextBuilder:
         *,
         clock: Callable[[], float] = time.monotonic,
         recheck: float = RECHECK_SECONDS,
+        skills: SkillCatalog | None = None,
     ) -> None:
         self.workspace = workspace
         self.memory = memory
@@ -96,6 +99,7 @@ class ContextBuilder:
         self.budget = budget  # None: files go in whole (tools and tests that build prompts only)
         self.clock = clock
         self.recheck = recheck
+        self.skills = skills  # listed by name and description; the model reads a body itself
         self._cache: dict[Scope, _Snapshot] = {}
         # The last look at each set of files: when, and what it found. Keyed by the files, not
         # the scope, so every group chat (the same two files) shares one look.
@@ -135,11 +139,17 @@ class ContextBuilder:
         key = self._fingerprint(self._sources(scope))  # today's note is a new file each day
         if self.budget is not None:  # the files' shares follow the limit the server taught
             key = (*key, self.budget.limit)
+        skills = None
+        if self.skills is not None:
+            skills = self.skills.fresh()
+            if skills is None:  # a look at the folders is due
+                skills = await asyncio.to_thread(self.skills.current)
+            key = (*key, skills.key)
         cached = self._cache.get(scope)
         if cached is not None and cached.key == key:
             return cached.text
         # Fingerprinted before reading: an edit that lands during the render is seen next time.
-        text, memory = await asyncio.to_thread(self._render, scope)
+        text, memory = await asyncio.to_thread(self._render, scope, skills)
         if len(self._cache) > 256:  # one entry per group chat seen
             self._cache.clear()
         self._cache[scope] = _Snapshot(key, text, memory)
@@ -157,8 +167,10 @@ class ContextBuilder:
     def files_changed(self) -> None:
         """Look at the files again on the next turn of every scope (a tool may have written one)."""
         self._looked.clear()
+        if self.skills is not None:
+            self.skills.expire()
 
-    def _render(self, scope: Scope) -> tuple[str, str | None]:
+    def _render(self, scope: Scope, skills: Skills | None = None) -> tuple[str, str | None]:
         """The prompt, and the MEMORY.md text it was built from (None for a scope without)."""
         memory_text = None
         if scope.memory:
@@ -170,6 +182,9 @@ class ContextBuilder:
             workspace = GROUP_WORKSPACE.format(own=own, media=media).strip()
             parts = [IDENTITY.strip(), workspace, ANSWERING.strip()]
             names = GROUP_BOOTSTRAP_FILES
+        if skills is not None:  # before the files: its own share, part of theirs (skills/prompt.py)
+            listed = skills_section(skills.offered(scope.name == GROUP), self.budget)
+            parts += [listed] if listed else []
         files: list[tuple[str, Part]] = []  # (heading, file)
         for name in names:
             path = self.workspace / name

@@ -40,9 +40,10 @@ from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
 from gateway.media.reader import MediaReader, PreparedMessage
+from gateway.skills.prompt import skills_reply
 from gateway.tools.files import MemorySeen, turn_memory
 from gateway.tools.registry import ToolRegistry, turn_origin, turn_stream
-from gateway.tools.scope import scope_for
+from gateway.tools.scope import GROUP, scope_for
 from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
@@ -260,6 +261,9 @@ class AgentLoop:
             if self.jobs_command is None:
                 return "Scheduled jobs are not available here."
             return self.jobs_command(command_args(message.text), message)
+        if name == "skills":  # a group is offered only the skills marked for groups
+            scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
+            return await skills_reply(self.context.skills, scope.name == GROUP)
         # /new waits for a running turn of this chat and for its answers to be sent (a reply
         # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
         async with self._session_lock(key):

@@ -101,6 +101,12 @@ def cmd_memory(config: Config, args: argparse.Namespace) -> int:
     return cmd_memory(config, args)
 
 
+def cmd_skills(config: Config, args: argparse.Namespace) -> int:
+    from gateway.cli.skills import cmd_skills
+
+    return cmd_skills(config, args)
+
+
 def cmd_console(config: Config, args: argparse.Namespace) -> int:
     from gateway.cli.stores import cmd_console
 
@@ -376,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = steps.add_parser("revoke", help="take an approval back", parents=[common])
     revoke.add_argument("address", metavar="CHANNEL:ID", help="e.g. telegram:123456")
 
+    add_loaded("skills", cmd_skills, "list the skills, their state, and SKILL.md files skipped")
     jobs = add_loaded("jobs", cmd_jobs, "list, remove, pause or resume scheduled jobs")
     jobs.add_argument(
         "action", nargs="?", choices=("list", "remove", "pause", "resume"), help="default: list"

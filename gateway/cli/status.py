@@ -11,6 +11,8 @@ from gateway.agent.subagents import describe_listed
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.fields import mask_url
 from gateway.config.models import ChatChannelConfig, Config
+from gateway.skills.catalog import SkillCatalog
+from gateway.skills.prompt import skills_summary
 from gateway.state import token_calibration_path
 from gateway.tools.exec import describe as describe_exec
 from memory.calibration import TokenCalibration
@@ -116,6 +118,7 @@ def describe(config: Config) -> str:
             describe_mcp(config),
             f"exec:       {describe_exec(config.tools.exec)}",
             describe_jobs(config),
+            f"skills:     {skills_summary(SkillCatalog(config.workspace).current())}",
             describe_listed(config.state_dir),
             *describe_failures(config),
             describe_updates(config.state_dir / UPDATE_REPORT),

@@ -30,6 +30,7 @@ from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
 from gateway.service.metrics import Metrics
+from gateway.skills.catalog import SkillCatalog
 from gateway.state import (
     check_apart,
     mcp_tools_path,
@@ -212,6 +213,7 @@ async def _build_runtime(
             raise MemgateError(str(exc)) from exc
         scheduler = Scheduler(store, clock, config.tz, config.automation.grace)
         job_tools = JobTools(scheduler, config.tz)
+        skills = SkillCatalog(config.workspace)
         tools = ToolBox(
             config.workspace,
             config.state_dir,
@@ -220,6 +222,7 @@ async def _build_runtime(
             offered.tools_by_scope() if offered is not None else {},
             private_tools=job_tools.tools(),
             **owner_tools(config),
+            skills=skills,
         )
         if offered is not None:
             # No await since the box was built: a server that connects from now on is seen.
@@ -271,7 +274,7 @@ async def _build_runtime(
             memory=memory,
             counter=counter,
             tools=tools,
-            context=ContextBuilder(config.workspace, memory, config.tz, budget),
+            context=ContextBuilder(config.workspace, memory, config.tz, budget, skills=skills),
             keeper=consolidator,
             observer=metrics,
             budget=budget,

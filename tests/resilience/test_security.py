@@ -84,6 +84,8 @@ async def test_a_prompt_injected_model_reads_no_secret_and_none_leaks(
         "up/memgate.env",
         "memory/../../config.yaml",
         "./../memgate.env",
+        "skills/tidy-memory/../../cfg",  # a shipped skill's folder is no way out
+        "skills/summarize-document/../../../../config.yaml",
     ]
     calls = [tool_call("read_file", {"path": path}) for path in reads]
     calls += [tool_call("list_dir", {"path": path}) for path in ("..", "/", "~", "home", "up")]
