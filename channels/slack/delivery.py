@@ -129,4 +129,4 @@ def live_reply(
     """A reply streamed into `channel` (in `thread_ts` if any); `shown`, `on_shown`: see
     `LiveReply`."""
     surface = SlackSurface(poster, channel, thread_ts, pacer)
-    return LiveReply(surface, shown=shown, on_shown=on_shown)
+    return LiveReply(surface, every=EDIT_EVERY, shown=shown, on_shown=on_shown)

@@ -103,6 +103,12 @@ def _live_checks(config: Config, since: float) -> list[Awaitable[Check]]:
 
         probe = probe_discord(token=discord.token, api_base=discord.api_base)
         checks.append(check_channel("discord", probe))
+    slack = config.channels.slack
+    if slack.enabled:
+        from channels.slack.connect import probe_slack
+
+        probe = probe_slack(token=slack.token, app_token=slack.app_token, api_base=slack.api_base)
+        checks.append(check_channel("slack", probe))
     checks += [check_mcp(name, server) for name, server in config.tools.mcp_servers.items()]
     return checks
 

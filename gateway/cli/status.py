@@ -56,7 +56,7 @@ def describe_access(config: Config) -> list[str]:
     except PairingError as exc:
         return [f"  access:   {exc}"]
     lines = []
-    for name in ("telegram", "discord", "matrix"):
+    for name in ("telegram", "discord", "matrix", "slack"):
         section: ChatChannelConfig = getattr(config.channels, name)
         owners = [entry for entry in section.allow_from if entry.strip() != "*"]
         everyone = " + everyone as guests" if "*" in section.allow_from else ""
@@ -98,6 +98,9 @@ def describe(config: Config) -> str:
         f"  matrix:   {'enabled' if config.channels.matrix.enabled else 'disabled'}"
         f" ({config.channels.matrix.user_id or 'no user_id'} on {config.channels.matrix.homeserver},"
         f" allow_from {config.channels.matrix.allow_from})",
+        f"  slack:    {'enabled' if config.channels.slack.enabled else 'disabled'}"
+        f" (token {mask(config.channels.slack.token)}, app_token"
+        f" {mask(config.channels.slack.app_token)}, allow_from {config.channels.slack.allow_from})",
     ]
     return "\n".join(
         [

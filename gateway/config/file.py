@@ -123,7 +123,7 @@ def parse_config(
 
 def _in_disabled_channel(config: Config, key: str) -> bool:
     """Unset variables under a disabled channel or MCP server are harmless: never used."""
-    for name in ("telegram", "discord"):
+    for name in ("telegram", "discord", "slack"):
         if key.startswith(f"channels.{name}.") and not getattr(config.channels, name).enabled:
             return True
     for name, server in config.tools.mcp_servers.items():

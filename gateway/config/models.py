@@ -17,6 +17,7 @@ from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.console import ConsoleConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
 from gateway.config.matrix import MatrixConfig as MatrixConfig
+from gateway.config.slack import SlackConfig
 from gateway.config.subagents import SubagentsConfig
 from gateway.config.memory_updates import MemoryUpdatesConfig
 from gateway.config.tools import ToolsConfig
@@ -251,6 +252,8 @@ class ChannelsConfig(_Section):
     """The Discord bot (see docs/discord.md)."""
     matrix: MatrixConfig = MatrixConfig()
     """The Matrix bot (see README, "Matrix")."""
+    slack: SlackConfig = SlackConfig()
+    """The Slack app, in Socket Mode (see README, "Slack")."""
 
 
 class HealthConfig(_Section):
@@ -355,6 +358,7 @@ class Config(_Section):
         values = [self.llm.api_key, self.channels.telegram.token, self.channels.discord.token]
         values.append(self.channels.telegram.webhook_secret or "")
         values += [self.channels.matrix.token, self.channels.matrix.password]
+        values += [self.channels.slack.token, self.channels.slack.app_token]
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
         values.append((self.memory.llm and self.memory.llm.api_key) or "")

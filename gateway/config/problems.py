@@ -111,7 +111,11 @@ def broken_rules(config: Config, runs_channels: bool = True) -> Iterator[Problem
     embeddings = memory.embeddings
     if embeddings is not None and embeddings.vector_weight + embeddings.keyword_weight == 0:
         yield problem("memory.embeddings.vector_weight", 0, "and keyword_weight cannot both be 0")
-    for name, var in (("telegram", "TELEGRAM_BOT_TOKEN"), ("discord", "DISCORD_BOT_TOKEN")):
+    slack = config.channels.slack
+    if slack.enabled and not slack.app_token and runs_channels:
+        yield problem("channels.slack.app_token", "", "required when Slack is enabled (xapp-…)")
+    tokens = (("telegram", "TELEGRAM_BOT_TOKEN"), ("discord", "DISCORD_BOT_TOKEN"))
+    for name, var in (*tokens, ("slack", "SLACK_BOT_TOKEN")):
         channel = getattr(config.channels, name)
         if channel.enabled and not channel.token and runs_channels:
             yield problem(

@@ -20,7 +20,7 @@ from gateway.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ACCESS_KEYS = ("allow_from", "dm_policy", "group_policy")
-CHAT_CHANNELS = ("telegram", "discord", "matrix")  # the channels with an allow-list
+CHAT_CHANNELS = ("telegram", "discord", "matrix", "slack")  # the channels with an allow-list
 
 
 class AccessControlled(Protocol):

@@ -38,6 +38,7 @@ from gateway.tools.jobs import JobTools
 if TYPE_CHECKING:
     from channels.discord.channel import DiscordChannel
     from channels.matrix.channel import MatrixChannel
+    from channels.slack.channel import SlackChannel
     from channels.telegram.channel import TelegramChannel
     from gateway.tools.mcp import McpServers
 
@@ -49,7 +50,7 @@ MCP_QUIET = 0.5  # seconds with no message being answered before MCP servers sta
 
 def build_channels(
     config: Config, runtime: Runtime, pairing: PairingStore | None = None
-) -> list[TelegramChannel | DiscordChannel | MatrixChannel]:
+) -> list[TelegramChannel | DiscordChannel | MatrixChannel | SlackChannel]:
     """The enabled channels, each handing its messages to the agent; each takes its own config
     section, validated when the config was loaded."""
     handler = runtime.agent.handle
@@ -61,8 +62,9 @@ def build_channels(
         "state_dir": config.state_dir,
     }
     telegram, discord = config.channels.telegram, config.channels.discord
-    matrix = config.channels.matrix
-    for name, section in (("telegram", telegram), ("discord", discord), ("matrix", matrix)):
+    matrix, slack = config.channels.matrix, config.channels.slack
+    sections = (("telegram", telegram), ("discord", discord), ("matrix", matrix), ("slack", slack))
+    for name, section in sections:
         if section.enabled and not section.allow_from and section.dm_policy == "pairing":
             log.warning(
                 "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
@@ -75,7 +77,7 @@ def build_channels(
                 "everyone who tries is logged once so you can add it",
                 name,
             )
-    channels: list[TelegramChannel | DiscordChannel | MatrixChannel] = []
+    channels: list[TelegramChannel | DiscordChannel | MatrixChannel | SlackChannel] = []
     # Imported here, not at the top: each SDK costs tens of megabytes and a good part of a
     # second to load, and a gateway runs only the platforms its config enables.
     if telegram.enabled:
@@ -91,6 +93,10 @@ def build_channels(
         from channels.matrix.channel import MatrixChannel
 
         channels.append(MatrixChannel(handler, matrix, **shared))
+    if slack.enabled:
+        from channels.slack.channel import SlackChannel
+
+        channels.append(SlackChannel(handler, slack, **shared))
     return channels
 
 
@@ -130,6 +136,7 @@ def chat_ready(channels: Sequence[Channel]) -> ChannelReady:
 
 def require_a_channel(config: Config) -> None:
     enabled = config.channels.telegram.enabled or config.channels.discord.enabled
+    enabled = enabled or config.channels.slack.enabled
     if not (enabled or config.channels.matrix.enabled):
         raise ConfigError(
             f"{config.source}: no channel is enabled. Set channels.telegram.enabled: true "
@@ -152,7 +159,7 @@ async def run_service(config: Config) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    serving: list[TelegramChannel | DiscordChannel | MatrixChannel] = []
+    serving: list[TelegramChannel | DiscordChannel | MatrixChannel | SlackChannel] = []
     access = AccessInForce(config)  # the channels' and the scheduler's, changed by a reload
 
     def on_reload() -> None:

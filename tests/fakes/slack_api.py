@@ -145,6 +145,10 @@ class FakeSlack:
         await self._deliver(envelope)
         return envelope
 
+    async def push_message(self, channel: str, user: str, text: str, **extra: Any) -> Envelope:
+        """A person's message in `channel`, pushed as its event; the envelope."""
+        return await self.push(message_event(channel, user, text, **extra))
+
     async def say(self, channel: str, user: str, text: str, **extra: Any) -> Json:
         """A person's message in `channel`, pushed as its event; the event."""
         event = message_event(channel, user, text, **extra)
