@@ -18,7 +18,18 @@ from tests.fakes.llm import FakeLLM, text
 
 pytestmark = pytest.mark.timeout(60)
 
-COMMANDS = {"init", "setup", "doctor", "run", "chat", "status", "pairing", "jobs", "memory"}
+COMMANDS = {
+    "init",
+    "setup",
+    "doctor",
+    "run",
+    "chat",
+    "status",
+    "pairing",
+    "jobs",
+    "memory",
+    "skills",
+}
 
 
 @pytest.mark.parametrize(
