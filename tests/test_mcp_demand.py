@@ -127,3 +127,30 @@ async def test_chat_m_with_every_server_remembered_does_not_import_the_mcp_sdk(
     assert code == 0 and "echo: hi" in out
     assert "mcp" not in imported(err) and "gateway.tools.mcp" not in imported(err)
     assert starts(notes) == 1
+
+
+async def test_memory_consolidate_starts_no_server(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    """`memgate memory consolidate` calls no tool, so no MCP server is started for it (nor the
+    MCP SDK loaded)."""
+    notes = tmp_path / "demo.txt"
+    path = tmp_path / "config.yaml"
+    raw = {
+        "workspace": str(tmp_path / "workspace"),
+        "state_dir": str(tmp_path / "state"),
+        "llm": {"base_url": fake_llm.url, "api_key": "sk-test", "model": "m", "max_retries": 0},
+        **servers(demo=spawn_noted(stdio_server(), notes)),
+    }
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    home = tmp_path / "home"
+    chat = ("chat", "-m", "the key is under the mat", "--config", str(path))
+    code, _, err = await memgate(*chat, home=home)
+    assert code == 0, err
+    learnt = starts(notes)  # a chat starts a server it knows nothing of, to learn its tools
+    consolidate = ("memory", "consolidate", "--all", "--config", str(path))
+    code, out, err = await memgate(*consolidate, home=home, env=IMPORT_TIMES)
+    assert code == 0, err
+    # Not even loaded: no server is started, nor could be.
+    assert "mcp" not in imported(err) and "gateway.tools.mcp" not in imported(err)
+    assert "consolidated 1 session(s); 0 message(s) still pending" in out
+    assert "under the mat" in (tmp_path / "workspace/memory/HISTORY.md").read_text()
+    assert starts(notes) == learnt

@@ -163,7 +163,8 @@ async def _consolidate(config: Config, key: str | None, everything: bool) -> int
 
     configure_logging("WARNING", config.secrets())
     require_api_key(config)  # every chunk is a model call: no key for OpenAI's URL is exit 78 now
-    async with open_runtime(config) as runtime:
+    # Consolidation calls no tool: on demand, no MCP server starts (nor is the SDK loaded).
+    async with open_runtime(config, mcp_on_demand=True) as runtime:
         consolidator = runtime.consolidator
         keys = runtime.sessions.keys() if everything else [key or ""]
         if key and not runtime.sessions.path_for(key).exists():
