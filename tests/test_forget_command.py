@@ -10,6 +10,8 @@ from gateway.service.app import Runtime
 from memory.forgotten import FORGOTTEN_FILE
 from tests.conftest import RuntimeFactory, inbound, turns
 from tests.fakes.llm import FakeLLM, is_consolidation, last_user_text, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_harness import agent_channel, running
 
 CAT = "- The user's cat is called Miso."
 
@@ -42,8 +44,9 @@ async def test_forget_removes_confirmed_lines_keeps_a_version_and_stays_forgotte
     async with make_runtime({"memory": {"window": 4}}) as runtime:
         before = runtime.memory.read_memory() + f"{CAT}\n- Lives in Lyon.\n"
         runtime.memory.write_memory(before)
-        shown = await say(runtime, "/forget miso")
-        assert CAT in shown and "Lyon" not in shown and "/forget yes" in shown
+        listing = await runtime.agent.handle(inbound("/forget miso"))
+        assert listing is not None and CAT in listing.text and "Lyon" not in listing.text
+        assert [b.command for b in listing.buttons] == ["/forget yes", "/forget no"]
         assert runtime.memory.read_memory() == before  # nothing yet
         done = await say(runtime, "/forget yes")
         assert "1 line removed" in done and "memgate memory restore MEMORY." in done
@@ -96,6 +99,35 @@ async def test_memory_shows_the_file_or_its_matching_lines(runtime: Runtime) -> 
     found = await say(runtime, "/memory MISO")
     assert CAT in found and "Lyon" not in found
     assert "No line of MEMORY.md holds 'kayak'" in await say(runtime, "/memory kayak")
+
+
+async def test_on_telegram_the_owner_forgets_by_button(
+    fake_telegram: FakeTelegram, make_runtime: RuntimeFactory
+) -> None:
+    """The listing shows Forget and Keep buttons; the owner's press on Forget removes the lines
+    and the buttons go."""
+    async with make_runtime() as runtime:
+        runtime.memory.write_memory(runtime.memory.read_memory() + f"{CAT}\n")
+        async with running(agent_channel(fake_telegram, runtime)) as channel:
+            assert channel.ready.is_set()
+            fake_telegram.message("/forget miso")
+
+            def keyboards() -> list[int]:
+                return [
+                    m
+                    for m in sorted(fake_telegram.chats.get(42, {}))
+                    if fake_telegram.keyboard(42, m)
+                ]
+
+            await fake_telegram.wait_for(lambda: bool(keyboards()))
+            [listing] = keyboards()
+            assert fake_telegram.keyboard(42, listing) == ["Forget them", "Keep them"]
+            fake_telegram.press(42, listing, "Forget them")
+            await fake_telegram.wait_for(
+                lambda: any(t.startswith("Forgotten:") for t in fake_telegram.shown(42))
+            )
+            await fake_telegram.wait_for(lambda: not keyboards())
+        assert "Miso" not in runtime.memory.read_memory()
 
 
 @pytest.mark.parametrize(

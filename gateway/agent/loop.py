@@ -135,6 +135,8 @@ class AgentLoop:
         try:
             text = await self._dispatch(message, stats, stream)
             reply = self._reply(message, text, stats) if text else None
+            if reply is not None and (choice := self.memory_commands.buttons(message)):
+                reply = replace(reply, buttons=choice)  # /forget's listing: Forget or Keep
         except Exception as exc:
             reply = self._reply(message, apology(message, exc, self.config.llm.model), None)
         log.info(

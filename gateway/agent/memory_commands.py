@@ -2,7 +2,8 @@
 
 Only the owner, in a private chat or the terminal, may use them: a group or a guest is refused.
 `/forget TEXT` shows the lines of MEMORY.md and today's note that hold TEXT and waits for
-`/forget yes` from the same chat; the lines are then removed through the memory writer, each file
+`/forget yes` from the same chat (on Telegram, a button stands for each answer); the lines are then
+removed through the memory writer, each file
 only if it still holds what was shown (compare-and-write), MEMORY.md's previous text kept as a
 version (`memgate memory restore` brings it back). The lines are recorded as forgotten
 (memory/forgotten.py), so consolidation does not file them again from HISTORY.md.
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from gateway.bus import InboundMessage
+from channels.base import parse_command
+from gateway.bus import Button, InboundMessage
 from memory.errors import MemoryChangedError
 from memory.fileio import create_exclusive
 from memory.files import MemoryFiles
@@ -31,6 +33,8 @@ CONFIRM_WITHIN = 600.0  # seconds a shown /forget waits for its yes
 SHOWN_LINES = 40  # lines of matches a reply lists; the rest are counted
 REFUSED = "Only the owner can use /memory and /forget, in a private chat with me."
 YES, NO = frozenset({"yes", "y"}), frozenset({"no", "n", "cancel"})
+# Under a listing: each the command typed (a platform without buttons shows those instead).
+CHOICE = (Button("Forget them", "/forget yes"), Button("Keep them", "/forget no"))
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,17 @@ class MemoryCommands:
             return "Send /forget TEXT: I show the lines of memory that hold it, then /forget yes."
         return await asyncio.to_thread(self._find, args.strip(), message.key)
 
+    def buttons(self, message: InboundMessage) -> tuple[Button, ...]:
+        """The choices under the reply to `message`: Forget and Keep when it was the owner's
+        `/forget TEXT` that left lines waiting for their yes, else none."""
+        command = parse_command(message.text)
+        if command is None or command.name != "forget" or message.is_group:
+            return ()
+        pending = self._pending.get(message.key)
+        if not message.sender_is_owner or pending is None:
+            return ()
+        return CHOICE if pending.query == command.args.strip() else ()
+
     # -- /memory -----------------------------------------------------------------------------------
     def _show(self, query: str) -> str:
         text = self.files.read_memory()
@@ -139,9 +154,8 @@ class MemoryCommands:
         return (
             f"{count} line{'s' if count != 1 else ''} hold {query!r}:\n\n"
             + "\n\n".join(shown)
-            + "\n\n"
-            "Send /forget yes to remove them (or /forget no). The current text is kept as a "
-            "version, which `memgate memory restore` brings back."
+            + "\n\nForget them? The current text is kept as a version, which `memgate memory "
+            "restore` brings back."
         )
 
     def _confirm(self, key: str) -> str:
