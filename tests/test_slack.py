@@ -108,3 +108,18 @@ async def test_stranger_gets_a_pairing_code(tmp_path: Path) -> None:
     [reply] = fake.texts(STRANGER_DM)
     [waiting] = pairing.pending("slack")
     assert waiting.code in reply and waiting.sender_id == MALLORY
+
+
+async def test_slash_command_reaches_the_agent_as_a_command(tmp_path: Path) -> None:
+    """`/memgate new` (Slack keeps every message starting with `/` to its own commands) reaches
+    the agent as `/new` from that person in that chat, in a DM or a channel."""
+    recorder = Recorder()
+    async with fake_slack() as fake, serving(fake, recorder, tmp_path):
+        envelope = await fake.slash(DM, ALICE, "new")
+        await fake.slash(GENERAL, ALICE, "help")
+        await fake.wait_for(lambda: fake.texts(DM) and fake.texts(GENERAL))
+    assert envelope.acked
+    assert sorted((i.chat_id, i.text, i.is_group) for i in recorder.inbound) == [
+        (GENERAL, "/help", True),
+        (DM, "/new", False),
+    ]

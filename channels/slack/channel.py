@@ -196,6 +196,9 @@ class SlackChannel:
             return  # not acknowledged: Slack sends it again, to the next run
         if request.type == "events_api":
             self._take(request.payload, request.retry_attempt)
+        elif request.type == "slash_commands":
+            ts = events.ts_text(self._sequence.next())  # the command has none of its own
+            self._take({"event": events.slash_event(request.payload, self._bot_user, ts)}, None)
         await client.send_socket_mode_response(SocketModeResponse(request.envelope_id))
 
     def _take(self, payload: Json, retry: int | None) -> None:

@@ -36,6 +36,7 @@ BOT_SCOPES = (
     "mpim:history",
     "users:read",
     "files:read",
+    "commands",  # /memgate new, /memgate pair CODE: Slack keeps every "/…" message to itself
 )
 # Errors that say a token can never work: fatal at start, named by the doctor.
 _REFUSED = frozenset(

@@ -71,6 +71,22 @@ def incoming(event: Json, bot_user: str) -> Incoming | None:
     )
 
 
+def slash_event(payload: Json, bot_user: str, ts: str) -> Json:
+    """A `/memgate new` slash command as the message `@memgate /new` would be: Slack sends any
+    message that starts with `/` to its own commands, so memgate's come through one of them,
+    addressed to the bot wherever it is typed."""
+    channel = str(payload.get("channel_id") or "")
+    words = str(payload.get("text") or "").strip()
+    return {
+        "type": "message",
+        "channel": channel,
+        "user": str(payload.get("user_id") or ""),
+        "text": f"<@{bot_user}> /{words}" if words else f"<@{bot_user}> /help",
+        "ts": ts,
+        "channel_type": "im" if channel.startswith("D") else "channel",
+    }
+
+
 def mentions(text: str, bot_user: str) -> bool:
     return f"<@{bot_user}>" in text or f"<@{bot_user}|" in text
 

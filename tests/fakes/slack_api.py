@@ -87,6 +87,7 @@ class Envelope:
     attempts: int = 0
     acked: bool = False
     sent_at: float = 0.0  # when it last went out (monotonic)
+    kind: str = "events_api"  # or slash_commands
     ids: list[str] = field(default_factory=list)  # every envelope_id it went out under
 
 
@@ -140,6 +141,24 @@ class FakeSlack:
             "type": "event_callback",
             "event_id": envelope.event_id,
             "event_time": int(time.time()),
+        }
+        self.envelopes.append(envelope)
+        await self._deliver(envelope)
+        return envelope
+
+    async def slash(self, channel: str, user: str, text: str) -> Envelope:
+        """`user` typing `/memgate <text>` in `channel`: a slash_commands envelope."""
+        envelope = Envelope("", {}, kind="slash_commands")
+        envelope.payload = {
+            "token": "verification-token",
+            "team_id": TEAM,
+            "channel_id": channel,
+            "user_id": user,
+            "command": "/memgate",
+            "text": text,
+            "api_app_id": "A0000001",
+            "response_url": f"{self.url}/commands/response",
+            "trigger_id": uuid.uuid4().hex,
         }
         self.envelopes.append(envelope)
         await self._deliver(envelope)
@@ -308,8 +327,8 @@ class FakeSlack:
         envelope_id = str(uuid.uuid4())
         frame = {
             "envelope_id": envelope_id,
-            "type": "events_api",
-            "accepts_response_payload": False,
+            "type": envelope.kind,
+            "accepts_response_payload": envelope.kind != "events_api",
             "retry_attempt": envelope.attempts,
             "retry_reason": "timeout" if envelope.attempts else "",
             "payload": envelope.payload,
