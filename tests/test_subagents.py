@@ -42,12 +42,17 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def gateway(
-    tmp_path: Path, fake_llm: FakeLLM, telegram: FakeTelegram, **subagents: Any
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    telegram: FakeTelegram,
+    memory: dict[str, Any] | None = None,
+    **subagents: Any,
 ) -> AsyncIterator[Runtime]:
     """The runtime, its Telegram channel connected, and the background agents' task group."""
     overrides = {
         "channels": {"telegram": {**telegram_settings(telegram, ["42"]), "streaming": False}},
         "agent": {"subagents": subagents},
+        "memory": memory or {},
     }
     config = build_config(tmp_path / "workspace", fake_llm.url, deep_merge({}, overrides))
     async with open_runtime(config) as runtime:
@@ -254,3 +259,25 @@ async def test_a_background_agent_past_its_limits_tells_the_chat_why_it_stopped(
         )
         await _wait(runtime, lambda: _background(runtime).finished == 2)
     assert not any("too late" in t for t in _plain(fake_telegram))
+
+
+async def test_a_background_agents_session_is_consolidated_like_any_other(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Its session (the task, its tool steps, its answer) reaches the message window and is
+    consolidated into HISTORY.md, its pointer moved, as any chat's would be."""
+    (tmp_path / "workspace" / "notes").mkdir(parents=True)
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden"}), match=_chat)
+    fake_llm.push(text("started"), match=_chat)
+    fake_llm.push(tool_call("list_dir", {"path": "notes"}), match=is_background)
+    fake_llm.push(text(RESULT), match=is_background)
+    async with gateway(tmp_path, fake_llm, fake_telegram, {"window": 4}) as runtime:
+        fake_telegram.message("summarise")
+        await _wait(runtime, lambda: _background(runtime).finished == 1)
+        await runtime.consolidator.wait_idle()
+        (own,) = (tmp_path / "workspace" / "sessions").glob("subagent:*.jsonl")
+        session = await runtime.sessions.get(own.name.removesuffix(".jsonl"))
+        assert session.last_consolidated > 0
+    chunks = [r for r in fake_llm.consolidation_requests() if TASK in str(r["messages"])]
+    assert chunks
+    assert "Summary of" in (tmp_path / "workspace" / "memory" / "HISTORY.md").read_text()
