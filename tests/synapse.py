@@ -155,6 +155,18 @@ class Synapse:
             made = json.load(response)
         return Account(made["user_id"], password, made["access_token"], made["device_id"])
 
+    def limit_messages(self, user_id: str, per_second: int, burst: int) -> None:
+        """Give one account a rate limit of its own on sending (Synapse's admin API), so that
+        the homeserver answers M_LIMIT_EXCEEDED with a retry_after_ms."""
+        admin = self.register("admin", admin=True)
+        request = urllib.request.Request(
+            f"{self.url}/_synapse/admin/v1/users/{user_id}/override_ratelimit",
+            json.dumps({"messages_per_second": per_second, "burst_count": burst}).encode(),
+            {"Content-Type": "application/json", "Authorization": f"Bearer {admin.access_token}"},
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
 
 @dataclass
 class Person:

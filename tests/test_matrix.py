@@ -239,3 +239,19 @@ async def test_an_encrypted_room_is_told_once_that_the_bot_cannot_read_it(
     notice, answer = world.owner.posts(room, world.me)
     assert notice["content"]["body"] == ENCRYPTED_NOTICE
     assert answer["content"]["body"] == "plain answer"
+
+
+async def test_a_rate_limit_is_waited_out_for_the_homeservers_retry_after(
+    synapse: Synapse, runtime: Runtime, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the bot limited to a message a second, four quick answers all arrive: each
+    M_LIMIT_EXCEEDED is waited out for its retry_after_ms, none is dropped."""
+    async with matrix_bot(synapse, runtime, streaming="off") as world:
+        synapse.limit_messages(world.me, per_second=1, burst=1)
+        room = await world.dm()
+        for n in range(4):
+            await world.owner.send(room, f"quick {n}")
+        await world.answered(room, 4)
+    bodies = sorted(m["content"]["body"] for m in world.owner.posts(room, world.me))
+    assert bodies == [f"echo: quick {n}" for n in range(4)]
+    assert "ratelimited" in caplog.text

@@ -103,6 +103,11 @@ def _live_checks(config: Config, since: float) -> list[Awaitable[Check]]:
 
         probe = probe_discord(token=discord.token, api_base=discord.api_base)
         checks.append(check_channel("discord", probe))
+    if config.channels.matrix.enabled:
+        from channels.matrix.connect import probe_matrix
+
+        probe = probe_matrix(config.channels.matrix, config.state_dir)
+        checks.append(check_channel("matrix", probe))
     slack = config.channels.slack
     if slack.enabled:
         from channels.slack.connect import probe_slack

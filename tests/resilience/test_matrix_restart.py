@@ -1,0 +1,96 @@
+"""Matrix messages survive a kill: one received and not yet answered is answered once after the
+restart, against a real Synapse (tests/synapse.py) and the real `memgate run`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.llm import FakeLLM, last_user_text, text
+from tests.resilience.conftest import GatewayFactory
+from tests.resilience.harness import Gateway, read_sessions
+from tests.synapse import Account, Person, Synapse, joined, person, room_with
+
+
+def matrix_settings(synapse: Synapse, bot: Account, owner: Account, root: Path) -> dict[str, Any]:
+    return {
+        "state_dir": str(root / "state"),
+        "channels": {
+            "telegram": {"enabled": False},
+            "matrix": {
+                "enabled": True,
+                "homeserver": synapse.url,
+                "user_id": bot.user_id,
+                "token": "${MATRIX_ACCESS_TOKEN}",
+                "allow_from": [owner.user_id],
+                "sync_timeout": 5,
+            },
+        },
+    }
+
+
+async def start_on_matrix(gateway: Gateway) -> None:
+    """Start `memgate run` and wait until its first /sync went through."""
+    await gateway.start(ready=False)
+
+    async def connected() -> bool:
+        health = await gateway.health()
+        return bool(health and health["channels"]["matrix"]["connected"])
+
+    deadline = asyncio.get_running_loop().time() + 45
+    while not await connected():
+        assert gateway.alive, gateway.log()[-3000:]
+        assert asyncio.get_running_loop().time() < deadline, "matrix not connected after 45 s"
+        await asyncio.sleep(0.1)
+
+
+def answers(owner: Person, room: str, bot: str, body: str) -> int:
+    return sum(1 for e in owner.posts(room, bot) if e["content"]["body"] == body)
+
+
+@pytest.mark.timeout(150)
+async def test_a_message_received_before_a_kill_is_answered_once_after_the_restart(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, synapse: Synapse, tmp_path: Path
+) -> None:
+    """SIGKILLed while the model is still writing the answer to a DM, the restarted service answers
+    it once (from its inbox, not from a sync replayed twice), and a later DM is answered as ever."""
+    bot, owner_account = synapse.register("bot"), synapse.register("owner")
+    root = tmp_path / "gateway"
+    gateway = make_gateway(
+        matrix_settings(synapse, bot, owner_account, root),
+        root=root,
+        env={"MATRIX_ACCESS_TOKEN": bot.access_token},
+    )
+    owner = await person(synapse, owner_account)
+    try:
+        await start_on_matrix(gateway)
+        room = await room_with(owner, bot=bot.user_id, direct=True)
+        await joined(owner, room, bot.user_id)
+        release = asyncio.Event()
+
+        def asked(body: dict[str, Any]) -> bool:
+            return last_user_text(body) == "question before the kill"
+
+        fake_llm.push(text("lost with the process"), hold=release, match=asked)
+        await owner.send(room, "question before the kill")
+        await fake_llm.wait_for(lambda: any(asked(b) for b in fake_llm.chat_requests()), 30)
+        await gateway.kill()
+        release.set()
+        fake_llm.push(text("the answer after the restart"), match=asked)
+        await start_on_matrix(gateway)
+        await owner.wait_for(
+            lambda: answers(owner, room, bot.user_id, "the answer after the restart") >= 1,
+            what="the answer after the restart",
+        )
+        await owner.send(room, "and now?")
+        await owner.wait_for(lambda: answers(owner, room, bot.user_id, "echo: and now?") >= 1)
+        assert await gateway.stop() == 0
+    finally:
+        await owner.close()
+    posts = [e["content"]["body"] for e in owner.posts(room, bot.user_id)]
+    assert posts == ["the answer after the restart", "echo: and now?"]
+    users = [t for s in read_sessions(gateway.workspace) for t in s.texts("user")]
+    assert users.count("question before the kill") == 1
