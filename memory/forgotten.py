@@ -91,8 +91,3 @@ class ForgottenLines:
                     entries.append({"text": line.strip(), "at": stamp})
             payload = {"lines": entries[-MAX_KEPT:]}
             atomic_write(self.path, json.dumps(payload, ensure_ascii=False, indent=1))
-
-    def drops(self, line: str) -> bool:
-        """Whether a memory line restates a forgotten one."""
-        key = normalise(line)
-        return any(matches_forgotten(key, forgotten) for forgotten in self.normalised())
