@@ -123,3 +123,15 @@ async def test_slash_command_reaches_the_agent_as_a_command(tmp_path: Path) -> N
         (GENERAL, "/help", True),
         (DM, "/new", False),
     ]
+
+
+async def test_a_dropped_socket_is_reconnected(tmp_path: Path) -> None:
+    """When Slack closes the socket, the SDK opens a new one and messages are answered again."""
+    recorder = Recorder()
+    async with fake_slack() as fake, serving(fake, recorder, tmp_path):
+        await fake.drop()
+        await fake.wait_for(lambda: fake.connections == 2)
+        await fake.say(DM, ALICE, "still there?")
+        await fake.wait_for(lambda: fake.texts(DM))
+    assert fake.texts(DM) == ["echo: still there?"]
+    assert len(fake.of("apps.connections.open")) == 2  # a fresh URL for the new connection

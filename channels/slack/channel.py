@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -279,16 +280,7 @@ class SlackChannel:
             async with live.showing():
                 reply = await self._handler(inbound, stream=live)
         if reply is not None and message.thread_ts and "thread_ts" not in reply.metadata:
-            reply = OutboundMessage(
-                reply.channel,
-                reply.chat_id,
-                reply.text,
-                reply_to=reply.reply_to,
-                metadata={**reply.metadata, "thread_ts": message.thread_ts},
-                failed=reply.failed,
-                reply_id=reply.reply_id,
-                on_sent=reply.on_sent,
-            )
+            reply = replace(reply, metadata={**reply.metadata, "thread_ts": message.thread_ts})
         if message.thread_ts:
             self._threads.add(self._thread_key(message))
         send: Send = self._send_pieces
