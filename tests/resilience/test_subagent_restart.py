@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import memgate
 from tests.fakes.llm import FakeLLM, is_background, is_consolidation, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.resilience.conftest import GatewayFactory
-from tests.resilience.harness import read_sessions, until
+from tests.resilience.harness import SECRETS, read_sessions, until
 
 RESULT = "Summary of the ten pages: all about tomatoes."
 STARTED = "Started; I will tell you when it is done."
@@ -30,9 +31,9 @@ def _count(fake_telegram: FakeTelegram, needle: str) -> int:
 async def test_a_kill_during_a_background_agent_is_reported_once_after_the_restart(
     make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
 ) -> None:
-    """Killed while its background agent's model call is held, the chat hears once after the
-    restart that the task was interrupted, stored and marked delivered in its session; the
-    result is never sent, and a second restart sends nothing more."""
+    """Killed while its background agent's model call is held (`memgate status` lists it), the
+    chat hears once after the restart that the task was interrupted, stored and marked delivered
+    in its session; the result is never sent, and a second restart sends nothing more."""
     gateway = make_gateway()
     await gateway.start()
     held = asyncio.Event()
@@ -46,6 +47,10 @@ async def test_a_kill_during_a_background_agent_is_reported_once_after_the_resta
     assert [entry["label"] for entry in listed] == ["ten pages"]
     await gateway.kill()
     held.set()  # the killed process's call gets its answer now, and nobody reads it
+    status = ("status", "--config", str(gateway.config_path))
+    code, out, err = await memgate(*status, home=gateway.home, env=SECRETS)
+    assert code == 0, err
+    assert "subagents:  1 running or not yet reported" in out and "(ten pages)" in out
 
     await gateway.start()
     await until(lambda: _count(fake_telegram, "was interrupted by a restart") == 1, 30, "the note")
@@ -55,6 +60,8 @@ async def test_a_kill_during_a_background_agent_is_reported_once_after_the_resta
         "the task forgotten once its note was delivered",
     )
     assert await gateway.stop() == 0
+    code, out, err = await memgate(*status, home=gateway.home, env=SECRETS)
+    assert code == 0 and "subagents:  none running" in out, err
     await gateway.start()
     fake_telegram.message("anything new?")
     await until(lambda: _count(fake_telegram, "echo: anything new?") == 1, 30, "the echo")
