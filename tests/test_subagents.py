@@ -244,8 +244,7 @@ async def test_a_background_agent_past_its_limits_tells_the_chat_why_it_stopped(
     fake_llm.push(tool_call("spawn", {"task": "busy one", "label": "busy"}), match=_chat)
     fake_llm.push(text("busy started"), match=_chat)
     fake_llm.push(tool_call("list_dir", {"path": "."}), match=is_background)
-    settings = {"timeout": 1, "max_turns": 1}
-    async with gateway(tmp_path, fake_llm, fake_telegram, **settings) as runtime:
+    async with gateway(tmp_path, fake_llm, fake_telegram, timeout=1, max_turns=1) as runtime:
         fake_telegram.message("start the slow one")
         await fake_telegram.wait_for(
             lambda: any(
