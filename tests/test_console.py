@@ -86,7 +86,7 @@ async def test_a_foreign_host_header_is_refused(console_runtime: Runtime) -> Non
 
 
 async def test_every_answer_carries_a_strict_policy(console_runtime: Runtime) -> None:
-    """CSP without inline script or any other origin, no framing, no caching, no referrer."""
+    """CSP without inline script or any other origin, no framing, no caching, no referrer out."""
     async with serving(console_runtime) as base, client(base) as browser:
         for path in ("/memory", "/static/console.css"):
             async with browser.session.get(base + path) as refused:
@@ -98,7 +98,7 @@ async def test_every_answer_carries_a_strict_policy(console_runtime: Runtime) ->
             assert "script-src" not in policy and "unsafe" not in policy
             assert "frame-ancestors 'none'" in policy
             assert page.headers["Cache-Control"] == "no-store"
-            assert page.headers["Referrer-Policy"] == "no-referrer"
+            assert page.headers["Referrer-Policy"] == "same-origin"
             html = await page.text()
         assert "<script" not in html and "http://" not in html and "https://" not in html
         assert "sk-test-secret" not in html
