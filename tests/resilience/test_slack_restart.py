@@ -83,3 +83,41 @@ async def test_a_message_taken_but_unanswered_is_answered_once_after_a_kill(
     assert fake.texts(DM).count("echo: queued question") == 1
     users = [t for s in read_sessions(gateway.workspace) for t in s.texts("user")]
     assert users.count("queued question") == 1 and users.count("slow question") == 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_retried_event_of_a_journaled_message_is_not_answered_twice(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """SIGKILLed after journaling a message whose acknowledgement Slack never got, the restart
+    meets it twice (the journal, and Slack sending the event again) and answers it once."""
+    async with fake_slack(ack_timeout=60) as fake:  # sent again on the next connection only
+        gateway = make_gateway(slack_settings(fake, tmp_path))
+        await start_on_slack(gateway, fake)
+        release = asyncio.Event()
+        fake_llm.push(
+            text("the slow answer"),
+            hold=release,
+            match=lambda body: last_user_text(body) == "slow question",
+        )
+        await fake.say(DM, ALICE, "slow question")
+        await fake_llm.wait_for_requests(1, "chat")
+        fake.ignore_acks = 1  # the queued message's acknowledgement is lost on the way
+        queued = await fake.push_message(DM, ALICE, "queued question")
+        inbox = tmp_path / "state" / f"slack-{BOT_USER}-inbox.jsonl"
+        await until(
+            lambda: inbox.exists() and "queued question" in inbox.read_text(),
+            20,
+            "the queued message to be journaled",
+        )
+        await fake.wait_for(lambda: fake.ignore_acks == 0)
+        await gateway.kill()
+        release.set()
+        await start_on_slack(gateway, fake)
+        await fake.wait_for(lambda: queued.acked and "echo: queued question" in fake.texts(DM))
+        await answered(fake, "after the restart")
+        assert await gateway.stop() == 0
+    assert queued.attempts == 2  # Slack sent it again, to the restarted process
+    assert fake.texts(DM).count("echo: queued question") == 1
+    users = [t for s in read_sessions(gateway.workspace) for t in s.texts("user")]
+    assert users.count("queued question") == 1
