@@ -138,6 +138,7 @@ class SlackChannel:
                             self._tasks.spawn(self._replay, record)
                         socket = socket_client(self._app_token, web)
                         socket.message_listeners.append(self._on_frame)
+                        socket.on_close_listeners.append(self._on_close)
                         socket.socket_mode_request_listeners.append(self._on_request)
                         socket.wss_uri = await open_socket_url(web, self._app_token)
                         await socket.connect()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
@@ -188,6 +189,9 @@ class SlackChannel:
             log.info("slack connected bot_user=%s", self._bot_user)
         elif kind == "disconnect":
             self._up.clear()  # the SDK connects again at once (Slack rotates connections)
+
+    async def _on_close(self, _: aiohttp.WSMessage) -> None:
+        self._up.clear()  # until the next connection's hello
 
     async def _on_request(
         self, client: AsyncBaseSocketModeClient, request: SocketModeRequest
