@@ -234,7 +234,7 @@ class AgentLoop:
         if name == "help":
             return help_text(message.channel)
         if name == "stop":
-            tasks = self.subagents.stop(key) if self.subagents is not None else 0
+            tasks = await self.subagents.stop(key) if self.subagents is not None else 0
             turn = self._running.get(key)
             if turn is None or turn.done():
                 return stop_reply(False, tasks)

@@ -154,15 +154,21 @@ class Subagents:
         async with self._moved:
             self._moved.notify_all()
 
-    def stop(self, parent: str) -> int:
-        """Cancel chat `parent`'s background agents (`/stop`); how many there were."""
-        count = 0
-        for job, _, task in list(self._running.values()):
-            if job.parent == parent and not task.done():
-                self._stopped.add(job.id)
-                task.cancel()
-                count += 1
-        return count
+    async def stop(self, parent: str) -> int:
+        """Cancel chat `parent`'s background agents (`/stop`) and unlist them; how many there
+        were. Unlisted here, not by their tasks: a task cancelled before its first step runs
+        none of its code."""
+        stopped = [job for job, _, task in self._running.values() if job.parent == parent]
+        for job in stopped:
+            _, _, task = self._running.pop(job.id)
+            self._stopped.add(job.id)
+            task.cancel()
+            self._listed.pop(job.id, None)
+        if stopped:
+            log.info("background tasks stopped parent=%s count=%d", parent, len(stopped))
+            await self._save()
+            await self._notify()
+        return len(stopped)
 
     def describe(self, parent: str) -> str:
         """`/tasks`: this chat's background agents running now."""
@@ -251,9 +257,7 @@ class Subagents:
             task = asyncio.current_task()
             if job.id not in self._stopped or task is None:
                 raise  # a stop: it stays listed, and the next start says it was interrupted
-            task.uncancel()  # /stop's cancellation, answered by /stop itself
-            log.info("background task stopped id=%s", job.id)
-            await self._forget(job)
+            task.uncancel()  # /stop's cancellation, answered (and unlisted) by /stop itself
             return
         finally:
             self._running.pop(job.id, None)
