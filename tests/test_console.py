@@ -10,7 +10,7 @@ import pytest
 
 from gateway.console.keys import TOKEN_FILE, Tickets, console_secret, login_ticket
 from gateway.service.app import Runtime
-from tests.conftest import RuntimeFactory, listen_port
+from tests.conftest import RuntimeFactory, listen_port, memgate
 from tests.console_client import client, login_url, serving
 
 PAGES = ["/", "/memory", "/memory/edit", "/memory/diff?a=current&b=current"]
@@ -114,3 +114,17 @@ def test_the_token_is_private_and_made_once(tmp_path: Path) -> None:
     ticket = login_ticket(secret, now=1000.0)
     assert not tickets.take(ticket, now=2000.0)  # expired after ten minutes
     assert tickets.take(login_ticket(secret))
+
+
+async def test_memgate_console_names_the_missing_key(tmp_path: Path) -> None:
+    """Without console.listen, `memgate console` exits 78 naming the key; with it, a URL."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"workspace: {tmp_path / 'workspace'}\nstate_dir: {tmp_path / 'state'}\n")
+    status, out, err = await memgate("console", "--config", str(config), home=tmp_path)
+    assert status == 78 and "console.listen is not set" in err and out == ""
+    with config.open("a") as more:
+        more.write("console:\n  listen: 0.0.0.0:8766\n")
+    status, out, err = await memgate("console", "--config", str(config), home=tmp_path)
+    assert status == 0, err
+    assert out.startswith("http://127.0.0.1:8766/login?ticket=") and "ssh -L 8766:" in err
+    assert (tmp_path / "state" / TOKEN_FILE).stat().st_mode & 0o777 == 0o600

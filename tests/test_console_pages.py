@@ -94,5 +94,7 @@ async def test_status_shows_live_state_failures_and_daily_charts(
     assert "<td>discord</td><td><strong>down</strong></td>" in html
     assert "3 job(s) queued" in html and "telegram:9" in html and "timeout" in html
     assert "Turns per day (most: 3)" in html and "<svg" in html
+    await turns(console_runtime, 1)  # a file changed since: counted again, not taken as known
+    assert "Turns per day (most: 4)" in (await browser.get("/status"))[1]
     for path in ("/status", "/chats", "/history", "/memory", "/jobs", "/access"):
         assert SECRET not in (await browser.get(path))[1], path

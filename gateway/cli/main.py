@@ -1,5 +1,5 @@
 """The `memgate` command line: init, setup, run, chat, status, doctor, memory, jobs, pairing,
-completion.
+console, completion.
 
 This module holds the parser (and its shell completion), `run`, `chat`, `status`, `doctor` and the
 exit statuses; the config's first run, `init` and `setup` are gateway/cli/setup.py's, and memory,

@@ -22,11 +22,19 @@ from memory.tokens import TokenCounter
 DAYS = 14
 
 
+Tally = tuple[Counter[date], Counter[date]]  # turns and tokens by day, of one session file
+
+
 def daily_figures(
-    store: SessionStore, counter: TokenCounter, today: date
+    store: SessionStore,
+    counter: TokenCounter,
+    today: date,
+    known: dict[Path, tuple[tuple[int, float], Tally]] | None = None,
 ) -> tuple[list[date], Counter[date], Counter[date]]:
     """The last DAYS days, and per day the turns (messages from people) and the tokens of every
-    message stored, as the offline tokenizer counts them."""
+    message stored, as the offline tokenizer counts them. `known` keeps each file's tally by its
+    size and time, so a page shown again reads and counts only the files that changed."""
+    known = {} if known is None else known
     days = [today - timedelta(days=n) for n in range(DAYS - 1, -1, -1)]
     since = datetime.combine(days[0], datetime.min.time()).timestamp()
     keys = store.keys()  # the files on disk
@@ -35,16 +43,30 @@ def daily_figures(
     turns: Counter[date] = Counter()
     tokens: Counter[date] = Counter()
     for path in paths:
-        for message in read_session(path).messages:
-            try:
-                day = date.fromisoformat(str(message.get("timestamp", ""))[:10])
-            except ValueError:
-                continue
-            if day < days[0]:
-                continue
-            turns[day] += message.get("role") == "user"
-            tokens[day] += counter.count_message(message)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue  # archived or renamed meanwhile
+        mark = (stat.st_size, stat.st_mtime)
+        if path not in known or known[path][0] != mark:
+            known[path] = (mark, _tally(path, counter))
+        file_turns, file_tokens = known[path][1]
+        turns.update({day: n for day, n in file_turns.items() if day >= days[0]})
+        tokens.update({day: n for day, n in file_tokens.items() if day >= days[0]})
     return days, turns, tokens
+
+
+def _tally(path: Path, counter: TokenCounter) -> Tally:
+    turns: Counter[date] = Counter()
+    tokens: Counter[date] = Counter()
+    for message in read_session(path).messages:
+        try:
+            day = date.fromisoformat(str(message.get("timestamp", ""))[:10])
+        except ValueError:
+            continue
+        turns[day] += message.get("role") == "user"
+        tokens[day] += counter.count_message(message)
+    return turns, tokens
 
 
 def _modified(path: Path) -> float:
@@ -81,6 +103,7 @@ def routes(console: Console) -> list[web.RouteDef]:
     sources = console.sources
     config = sources.config
     store = SessionStore(config.workspace / "sessions", config.tz)
+    known: dict[Path, tuple[tuple[int, float], Tally]] = {}
 
     async def show(request: web.Request) -> web.Response:
         live = sources.live()
@@ -88,7 +111,9 @@ def routes(console: Console) -> list[web.RouteDef]:
         failing = await asyncio.to_thread(read_failure_report, report)
         raw = await asyncio.to_thread(read_raw_endings, report)
         today = datetime.now(config.tz).date()
-        days, turns, tokens = await asyncio.to_thread(daily_figures, store, sources.counter, today)
+        days, turns, tokens = await asyncio.to_thread(
+            daily_figures, store, sources.counter, today, known
+        )
         body = (
             "<h2>Channels</h2>"
             + table(
