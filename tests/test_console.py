@@ -13,10 +13,29 @@ from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory, listen_port, memgate
 from tests.console_client import client, login_url, serving
 
-PAGES = ["/", "/memory", "/memory/edit", "/memory/diff?a=current&b=current"]
+PAGES = [
+    "/",
+    "/memory",
+    "/memory/edit",
+    "/memory/diff?a=current&b=current",
+    "/history",
+    "/history?q=cat",
+    "/chats",
+    "/chats/view?key=test%3A42",
+    "/jobs",
+    "/access",
+    "/status",
+    "/static/console.css",
+]
 ACTIONS = {
     "/memory/edit": {"text": "# hacked\n", "seen": ""},
     "/memory/restore": {"version": "x", "seen": ""},
+    "/access/approve": {"code": "ABCDEFGH"},
+    "/access/reject": {"code": "ABCDEFGH"},
+    "/access/revoke": {"address": "telegram:42"},
+    "/jobs/pause": {"id": "x"},
+    "/jobs/resume": {"id": "x"},
+    "/jobs/remove": {"id": "x"},
 }
 
 

@@ -215,7 +215,8 @@ def web_console(
 
     def owners() -> dict[str, list[str]]:
         channels = access.config.channels  # allow_from as SIGHUP last set it
-        return {"telegram": channels.telegram.allow_from, "discord": channels.discord.allow_from}
+        sections = {name: getattr(channels, name) for name in type(channels).model_fields}
+        return {name: s.allow_from for name, s in sections.items() if hasattr(s, "allow_from")}
 
     jobs = JobTools(runtime.scheduler, config.tz)  # what `memgate jobs` reaches through the socket
     pairing = PairingStore(config.state_dir)  # the file `memgate pairing` changes
