@@ -131,3 +131,17 @@ def test_mrkdwn_rendering() -> None:
         "*Plan*\n*do* _it_ ~not~ <https://x.io/a|docs> a&lt;b&amp;c `x*y*`\n```\n"
         "if a&lt;b: **x**\n```"
     )
+
+
+async def test_refused_mrkdwn_is_sent_as_plain_text(tmp_path: Path) -> None:
+    """When Slack refuses a reply's formatting, the same reply goes out as plain text (mrkdwn
+    off), its Markdown as the model wrote it."""
+    recorder = Recorder(lambda text: "**done**: a<b")
+    async with fake_slack() as fake, serving(fake, recorder, tmp_path):
+        fake.refuse("chat.postMessage", "invalid_blocks")
+        await fake.say(DM, ALICE, "format it")
+        await fake.wait_for(lambda: fake.texts(DM))
+    refused, plain = fake.of("chat.postMessage")
+    assert refused.args["text"] == "*done*: a&lt;b"
+    assert fake.sent(DM) == [{**fake.sent(DM)[0], "text": "**done**: a<b", "mrkdwn": False}]
+    assert plain.args.get("mrkdwn") is False

@@ -106,6 +106,7 @@ class FakeSlack:
     names: dict[str, str] = field(default_factory=lambda: {ALICE: "Alice", MALLORY: "Mallory"})
     connections: int = 0
     _limits: dict[str, list[float]] = field(default_factory=dict)
+    _refusals: dict[str, list[str]] = field(default_factory=dict)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _resender: asyncio.Task[None] | None = None
@@ -118,6 +119,10 @@ class FakeSlack:
     def rate_limit(self, method: str, retry_after: int = 1, times: int = 1) -> None:
         """The next `times` calls of `method` get a 429 with `Retry-After: retry_after`."""
         self._limits.setdefault(method, []).extend([float(retry_after)] * times)
+
+    def refuse(self, method: str, error: str, times: int = 1) -> None:
+        """The next `times` calls of `method` are answered `{"ok": false, "error": error}`."""
+        self._refusals.setdefault(method, []).extend([error] * times)
 
     def add_file(self, file_id: str, name: str, data: bytes, mimetype: str) -> Json:
         """A file object, as a message event carries it, downloadable with the bot token."""
@@ -221,6 +226,8 @@ class FakeSlack:
         wanted = self.app_token if method == "apps.connections.open" else self.token
         if token != wanted:
             return _json({"ok": False, "error": "invalid_auth"})
+        if self._refusals.get(method):
+            return _json({"ok": False, "error": self._refusals[method].pop(0)})
         handler = getattr(self, "_" + method.replace(".", "_"), None)
         if handler is None:
             return _json({"ok": False, "error": "unknown_method"})
