@@ -63,7 +63,9 @@ class Outbox:
             stored = await self.owe(session, outbound.text, job=job, run=run)
         elif stored.get("reply_id") in session.delivered:
             return None
-        return self.reply(session, stored, outbound)
+        # The text stored then, not the one asked with now: a background task's result, stored
+        # before a kill, is sent as it is, not replaced by the note of its interruption.
+        return self.reply(session, stored, replace(outbound, text=str(stored.get("content"))))
 
     @staticmethod
     def owed(session: Session) -> list[Message]:

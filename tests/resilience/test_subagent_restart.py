@@ -75,3 +75,39 @@ async def test_a_kill_during_a_background_agent_is_reported_once_after_the_resta
     assert len(notes) == 1
     delivered = {r.get("reply_id") for r in parent.records if r.get("_type") == "delivered"}
     assert notes[0]["reply_id"] in delivered
+
+
+@pytest.mark.timeout(120)
+async def test_a_kill_while_a_result_is_being_sent_sends_that_result_once_after_the_restart(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Killed after the background agent's result was stored and while Telegram had not yet
+    taken it, the restart sends the stored result once (no model call for it, no note of an
+    interruption), and it is marked delivered."""
+    gateway = make_gateway()
+    await gateway.start()
+    fake_llm.push(tool_call("spawn", {"task": "read ten pages", "label": "ten pages"}), match=_chat)
+    fake_llm.push(text(STARTED), match=_chat)
+    fake_llm.push(text(RESULT), match=is_background)
+    with fake_telegram.calls_unanswered("sendMessage", lambda p: RESULT in p["text"]) as arrived:
+        fake_telegram.message("summarise the ten pages for me")
+        async with asyncio.timeout(30):
+            await arrived.wait()
+        await gateway.kill()
+    await gateway.start()
+    await until(lambda: _count(fake_telegram, RESULT) == 1, 30, "the stored result")
+    await until(
+        lambda: json.loads((gateway.state_dir / "subagents.json").read_text())["running"] == [],
+        30,
+        "the task forgotten once its result was delivered",
+    )
+    assert await gateway.stop() == 0
+
+    assert _count(fake_telegram, RESULT) == 1
+    assert _count(fake_telegram, "was interrupted by a restart") == 0
+    assert sum(1 for r in fake_llm.requests if is_background(r)) == 1
+    parent = next(f for f in read_sessions(gateway.workspace) if f.path.name == "telegram:42.jsonl")
+    stored = [m for m in parent.messages if RESULT in str(m.get("content"))]
+    assert len(stored) == 1
+    delivered = {r.get("reply_id") for r in parent.records if r.get("_type") == "delivered"}
+    assert stored[0]["reply_id"] in delivered
