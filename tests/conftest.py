@@ -32,6 +32,7 @@ from tests.fakes import discord_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.llm import FakeLLM, start_fake_llm
 from tests.fakes.telegram_api import BOT, TOKEN, FakeTelegram, start_fake_telegram
+from tests.fakes.web import FakeSearch, FakeSite, start_fake_search, start_fake_site
 from tests.forkserver import run_forked
 from tests.synapse import Synapse
 
@@ -105,6 +106,26 @@ async def fake_discord() -> AsyncIterator[FakeDiscord]:
         yield fake
     finally:
         await discord_api.stop_fake_discord(fake, runner)
+
+
+@pytest.fixture
+async def fake_site() -> AsyncIterator[FakeSite]:
+    """A fake web site on 127.0.0.1 (an article, a PDF, JSON, redirects, huge and endless pages)."""
+    fake, runner = await start_fake_site()
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fake_search() -> AsyncIterator[FakeSearch]:
+    """Fake Brave, SearXNG and Tavily search APIs on 127.0.0.1."""
+    fake, runner = await start_fake_search()
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture(scope="session")

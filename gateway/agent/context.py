@@ -19,6 +19,7 @@ from gateway.bus import InboundMessage
 from gateway.skills.catalog import SkillCatalog, Skills
 from gateway.skills.prompt import skills_section
 from gateway.tools.scope import GROUP, Scope
+from gateway.tools.untrusted import UNTRUSTED_PROMPT
 from memory.budget import Part, PromptBudget
 from memory.files import MemoryFiles
 from memory.search.tools import SEARCH_PROMPT
@@ -54,7 +55,7 @@ GROUP_WORKSPACE = """\
   {media} (files sent in this chat: read only). Everything else is private to the owner.
 """
 
-ANSWERING = """\
+ANSWERING = f"""\
 ## How to answer
 - Be concise and direct. Use Markdown sparingly; it is rendered by the chat platform.
 - Each user message starts with a runtime block (time, channel, sender). It is metadata from
@@ -62,6 +63,7 @@ ANSWERING = """\
 - Files the person sent are named in their message as `[kind: path]` (paths in the workspace). A
   voice note arrives as its transcript, a document as its text between `--- name ---` lines, an
   image (when you can see images) attached to that message only.
+{UNTRUSTED_PROMPT}
 """
 
 # How stale a prompt file's edit may be when a turn starts: a busy gateway answers many turns a

@@ -11,7 +11,8 @@ within llm.timeout. The fixed bounds of the channel and MCP checks count from th
 after their SDK's import (which a slow machine may take seconds over). The lines that need no
 network are gateway/cli/checks.py's. The model's line (and memory.llm's, when set) also says
 whether the server lists the model (a server without /v1/models is not judged) and how many
-requests it runs at once (gateway/llm/server_info.py).
+requests it runs at once (gateway/llm/server_info.py). With `tools.web` in the config, the web
+search provider is asked one query and a small public page is fetched through web_fetch's guard.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ from gateway.llm.clients import OpenAIEmbedder
 from gateway.llm.provider import OpenAIProvider
 from gateway.llm.server_info import PROFILE_TIMEOUT, ServerProfile, concurrency, read_profile
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
+from gateway.tools.web import PROBE_URL, probe_fetch, probe_search
+from gateway.tools.web import configured as web_configured
 from memory.errors import EmbeddingError
 
 CHANNEL_TIMEOUT = 10.0  # two small REST calls: getMe and the webhook; a login and the app's flags
 MCP_LIST_TIMEOUT = 5.0  # listing a started server's tools, after its start_timeout
 PROBE_TOKENS = 64  # room for a tool call (and a little thinking), few enough to come back quickly
 LISTED = 8  # models named when llm.model is not among them
+WEB_FETCH_TIMEOUT = 12.0  # the probe's own limit is 10 s; this is the backstop
 
 # Offered with every model request of the check: once as the agent offers tools (the model may
 # call it or not), once forced by `tool_choice`, which a server that supports tools must honour.
@@ -115,7 +119,33 @@ def _live_checks(config: Config, since: float) -> list[Awaitable[Check]]:
         probe = probe_slack(token=slack.token, app_token=slack.app_token, api_base=slack.api_base)
         checks.append(check_channel("slack", probe))
     checks += [check_mcp(name, server) for name, server in config.tools.mcp_servers.items()]
+    if web_configured(config):
+        if config.tools.web.search.provider is not None:
+            checks.append(check_web_search(config))
+        if config.tools.web.fetch:
+            checks.append(check_web_fetch(config))
     return checks
+
+
+async def check_web_search(config: Config) -> Check:
+    """One query to the search provider: whether it answers, or why not (key, rate, down)."""
+    settings = config.tools.web.search
+
+    async def asked() -> Check:
+        return Check("web search", *await probe_search(config))
+
+    source = f"the {settings.provider} search provider"
+    limit = settings.timeout + 1  # its own timeout gives the clearer line; this is the backstop
+    return await bounded("web search", limit, source, "tools.web.search.timeout", asked())
+
+
+async def check_web_fetch(config: Config) -> Check:
+    """Whether web_fetch can reach out: a small public page read through its guard."""
+
+    async def fetched() -> Check:
+        return Check("web fetch", *await probe_fetch(config))
+
+    return await bounded("web fetch", WEB_FETCH_TIMEOUT, PROBE_URL, "", fetched())
 
 
 async def check_channel(name: str, probe: Awaitable[str]) -> Check:

@@ -11,6 +11,7 @@ from gateway.agent.subagents import describe_listed
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.fields import mask_url
 from gateway.config.models import ChatChannelConfig, Config
+from gateway.config.web import describe_web
 from gateway.skills.catalog import SkillCatalog
 from gateway.skills.prompt import skills_summary
 from gateway.state import token_calibration_path
@@ -120,6 +121,7 @@ def describe(config: Config) -> str:
             f"HISTORY.md: {history_size} bytes",
             describe_mcp(config),
             f"exec:       {describe_exec(config.tools.exec)}",
+            f"web:        {describe_web(config.tools.web)}",
             describe_jobs(config),
             f"skills:     {skills_summary(SkillCatalog(config.workspace).current())}",
             describe_listed(config.state_dir),

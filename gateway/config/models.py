@@ -362,6 +362,7 @@ class Config(_Section):
         values.append(self.memory.embeddings.api_key if self.memory.embeddings else "")
         values.append((self.llm.transcription and self.llm.transcription.api_key) or "")
         values.append((self.memory.llm and self.memory.llm.api_key) or "")
+        values.append(self.tools.web.search.api_key)
         telegram = self.channels.telegram
         urls = [telegram.base_url, telegram.base_file_url, telegram.webhook_url]
         for server in self.tools.mcp_servers.values():

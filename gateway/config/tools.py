@@ -1,4 +1,5 @@
-"""The `tools` section: MCP servers and the sandboxed shell (`exec`)."""
+"""The `tools` section: MCP servers and the sandboxed shell (`exec`); the web tools' keys are
+gateway/config/web.py's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gateway.config.fields import SECTION, http_url
+from gateway.config.web import WebConfig
 
 
 class _Section(BaseModel):
@@ -106,6 +108,8 @@ class ToolsConfig(_Section):
     """MCP servers whose tools the model may call, by name; each tool is offered as `<name>__<tool>`."""
     exec: ExecConfig = ExecConfig()
     """Shell commands for the owner, in a sandbox, with approval."""
+    web: WebConfig = WebConfig()
+    """Reading web pages (web_fetch) and searching the web (web_search), guarded against your own network."""
 
     @field_validator("mcp_servers")
     @classmethod

@@ -6,8 +6,10 @@ gateways never need. Blocking: callers run it in a thread.
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +92,17 @@ def document_text(path: Path, max_chars: int) -> tuple[str, int]:
     return text[:max_chars], len(text)
 
 
-def _pdf_text(path: Path, max_chars: int) -> tuple[str, int]:
+def pdf_bytes_text(data: bytes, max_chars: int) -> tuple[str, int]:
+    """A PDF's text from its bytes (a fetched page), as `document_text` reads a file's."""
+    return _pdf_text(io.BytesIO(data), max_chars)
+
+
+def _pdf_text(source: Path | BinaryIO, max_chars: int) -> tuple[str, int]:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(source)
         if reader.is_encrypted:
             raise DocumentReadError("the PDF is password-protected")
         pages: list[str] = []

@@ -27,6 +27,7 @@ from gateway.llm.on_demand import LazyProvider, OnDemand, OnDemandTranscriber
 from gateway.llm.server_info import PROFILE_TIMEOUT
 from gateway.llm.summary import OutputLimit, ProviderSummaryModel
 from gateway.llm.types import ChatProvider, ToolSupport, VisionSupport
+from gateway.media.documents import pdf_bytes_text
 from gateway.media.reader import MediaReader
 from gateway.service.lock import WorkspaceLock
 from gateway.service.metrics import Metrics
@@ -43,6 +44,7 @@ from gateway.tools.mcp_demand import OnDemandServers
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
 from gateway.tools.toolbox import ToolBox
+from gateway.tools.web import web_tools
 from memory.budget import PromptBudget
 from memory.calibration import TokenCalibration
 from memory.consolidation.compact import MemoryCompactor
@@ -221,6 +223,7 @@ async def _build_runtime(
             memory_tools,
             offered.tools_by_scope() if offered is not None else {},
             private_tools=job_tools.tools(),
+            scoped_tools=web_tools(config, pdf_bytes_text),
             **owner_tools(config),
             skills=skills,
         )

@@ -30,6 +30,7 @@ class ToolBox:
         owner_tools: list[Tool] | None = None,
         approvals: Approvals | None = None,
         skills: SkillCatalog | None = None,
+        scoped_tools: Mapping[str, list[Tool]] | None = None,
     ) -> None:
         self.workspace = workspace
         self.state_dir = state_dir
@@ -43,6 +44,9 @@ class ToolBox:
         self.owner_tools = owner_tools if owner_tools is not None else []
         # The owner's answers to what those tools ask (/approve, /deny), when one can ask.
         self.approvals = approvals
+        # Offered per scope name like `by_scope`, but fixed for the process (the web tools):
+        # `offer` leaves them be.
+        self.scoped_tools = dict(scoped_tools or {})
         # The skills whose files read_file reaches at skills/<name>/ (a group: its own only).
         self.skills = skills
         self._built: dict[Scope, ToolRegistry] = {}
@@ -71,6 +75,8 @@ class ToolBox:
                 for tool in self.memory_tools:
                     registry.add(tool)
             for tool in self.by_scope.get(scope.name, []):
+                registry.add(tool)
+            for tool in self.scoped_tools.get(scope.name, []):
                 registry.add(tool)
             if scope.name == PRIVATE:
                 for tool in self.private_tools:
