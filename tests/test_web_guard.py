@@ -149,3 +149,13 @@ async def test_memgates_own_port_is_refused_even_when_allowed(
 def test_address_rules(address: str, rule: str | None) -> None:
     """Every range the guard refuses, IPv6 carrying IPv4 included; public addresses pass."""
     assert address_rule(ipaddress.ip_address(address)) == rule
+
+
+async def test_an_allowed_localhost_entry_is_read(tmp_path: Path, fake_site: FakeSite) -> None:
+    """allow_private `localhost:<port>` lets that one name and port through, and nothing else."""
+    resolver = MappedResolver({"localhost": "127.0.0.1"})
+    tools = web_registry(tmp_path, {"allow_private": [f"localhost:{fake_site.port}"]}, resolver)
+    page = await call(tools, "web_fetch", url=f"http://localhost:{fake_site.port}/article")
+    assert ARTICLE_TEXT in page
+    other = await call(tools, "web_fetch", url="http://localhost/")
+    assert "refused (loopback address)" in other

@@ -147,7 +147,7 @@ class WebGuard:
         if port not in self.ports and not excepted:
             allowed = ", ".join(str(p) for p in sorted(self.ports))
             raise RefusedError("port", f"port {port} is not one web_fetch may use ({allowed})")
-        addresses = await self._addresses(host)
+        addresses = await self._addresses(host, excepted)
         for address in addresses:
             if self._own(address, port):
                 raise RefusedError("memgate's own port", f"{host}:{port} is memgate itself")
@@ -157,12 +157,12 @@ class WebGuard:
                 raise RefusedError(rule, f"{shown} is not on the public internet")
         return Target(url, host, port, tuple(addresses))
 
-    async def _addresses(self, host: str) -> list[Address]:
+    async def _addresses(self, host: str, excepted: bool) -> list[Address]:
         literal = literal_address(host)
         if literal is not None:
             return [literal]
         name = host.rstrip(".")
-        if name == "localhost" or name.endswith(".localhost"):
+        if (name == "localhost" or name.endswith(".localhost")) and not excepted:
             raise RefusedError("loopback address", f"{host} is this machine")
         try:
             async with asyncio.timeout(RESOLVE_TIMEOUT):
