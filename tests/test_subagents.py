@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,9 @@ from tests.conftest import build_config, deep_merge
 from tests.fakes.llm import FakeLLM, is_background, is_consolidation, text, tool_call, tool_results
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_harness import agent_channel, running
+from tests.resilience.harness import until
 from tests.scheduling import telegram_settings
+from tests.terminal import Terminal
 
 TASK = "read the three pages in notes/ and summarise them"
 RESULT = "The three pages say: plant tomatoes, water daily, harvest in August."
@@ -229,7 +232,7 @@ async def test_the_owner_is_offered_spawn_only_where_background_agents_can_run(
         await runtime.agent.handle(message)
     first, second = fake_llm.chat_requests()[:2]
     assert "spawn" in {t["function"]["name"] for t in first["tools"]}
-    assert "only while the service runs" in tool_results(second)[-1]
+    assert "only under memgate run or an interactive memgate chat" in tool_results(second)[-1]
 
 
 async def test_a_background_agent_past_its_limits_tells_the_chat_why_it_stopped(
@@ -280,3 +283,38 @@ async def test_a_background_agents_session_is_consolidated_like_any_other(
     chunks = [r for r in fake_llm.consolidation_requests() if TASK in str(r["messages"])]
     assert chunks
     assert "Summary of" in (tmp_path / "workspace" / "memory" / "HISTORY.md").read_text()
+
+
+async def test_an_interactive_chat_runs_background_tasks_beside_its_prompt(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    """In `memgate chat` without the service, spawn returns at once, the prompt answers another
+    message while the background call is held, and the result is printed there once."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        f"workspace: {tmp_path / 'workspace'}\nstate_dir: {tmp_path / 'state'}\n"
+        f"llm:\n  base_url: {fake_llm.url}\n  api_key: sk-pty-secret-0123456789\n  max_retries: 0\n"
+    )
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden"}), match=_chat)
+    fake_llm.push(text("started it"), match=_chat)
+    fake_llm.push(text(RESULT), hold=release, match=is_background)
+    env = {**os.environ, "MEMGATE_HOME": str(tmp_path / "home")}
+    terminal = Terminal(["chat", "--config", str(path)], env)
+    try:
+        await terminal.wait_for("you> ")
+        terminal.type("summarise my garden pages\n")
+        await terminal.wait_for("started it")
+        await terminal.wait_for("you> ", 2)  # the prompt is back at once
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        terminal.type("hello there\n")
+        await terminal.wait_for("echo: hello there")
+        release.set()
+        await terminal.wait_for(RESULT)
+        none = "subagents:  none running"
+        await until(lambda: describe_listed(tmp_path / "state") == none, 10, "the task unlisted")
+        terminal.type("\x04")  # Ctrl-D: quit
+        assert await asyncio.wait_for(terminal.exit_code(), 30) == 0, terminal.output
+    finally:
+        terminal.close()
+    assert terminal.output.count(RESULT) == 1

@@ -45,6 +45,7 @@ OWNER_ONLY = "spawn works only in the owner's private chats"
 # Seconds a result waits for its chat's channel to connect (just after a start, most likely).
 CHANNEL_WAIT = 60.0
 LABEL_CHARS = 48
+TERMINAL = "terminal"
 
 Deliver = Callable[[OutboundMessage], Awaitable[str | None]]
 """Sends a message to a chat nobody is waiting on; None when delivered, else why it was not."""
@@ -59,6 +60,14 @@ class StoreReply(Protocol):
     async def __call__(
         self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
     ) -> OutboundMessage | None: ...
+
+
+class Prompt(Protocol):
+    """A terminal's prompt: it runs until its person leaves, and prints what nobody asked for."""
+
+    async def run(self) -> None: ...
+
+    async def notify(self, message: OutboundMessage) -> str | None: ...
 
 
 def state_path(state_dir: Path) -> Path:
@@ -136,6 +145,23 @@ class Subagents:
         finally:
             self._group = None
 
+    async def run_beside(self, prompt: Prompt, store: StoreReply) -> None:
+        """A terminal's prompt (`memgate chat` without the service) with background agents
+        beside it, each result printed there as it comes, until the prompt ends; those still
+        running then stay listed, and the next start reports them."""
+
+        async def show(reply: OutboundMessage) -> str | None:
+            problem = await prompt.notify(reply)
+            await reply.sent()
+            return problem
+
+        async with asyncio.TaskGroup() as group:
+            work = group.create_task(self.run(store, show, lambda _: None), name="subagents")
+            try:
+                await prompt.run()
+            finally:
+                work.cancel()
+
     def running(self, parent: str | None = None) -> list[tuple[Assignment, float]]:
         """The background agents running now (of chat `parent`), each with its start (monotonic)."""
         return [
@@ -204,7 +230,10 @@ class Subagents:
         if origin.key.startswith(SESSION_PREFIX):
             raise ToolError("a background task cannot start another")
         if self._group is None:
-            raise ToolError("background tasks run only while the service runs (memgate run)")
+            raise ToolError(
+                "background tasks run only under memgate run or an interactive memgate chat, "
+                "not a one-shot chat -m"
+            )
         task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
             raise ToolError("task must be a non-empty string")
@@ -289,15 +318,16 @@ class Subagents:
         assert self._store is not None and self._deliver is not None and self._ready is not None
         job_tag = f"{SESSION_PREFIX}{job.id}"
         reply = await self._store(job.channel, job.chat_id, job.parent, text, job_tag, run_id(job))
-        if reply is not None and job.channel != "terminal":
-            # (A terminal's answers stay owed: `memgate chat` prints them when it starts.)
+        if reply is not None:
             connected = self._ready(job.channel)
             if connected is not None and not connected.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(CHANNEL_WAIT):
                         await connected.wait()
             problem = await self._deliver(reply)
-            if problem is not None:
+            # A terminal that is not there (the service's side of an attached `memgate chat`)
+            # keeps it owed: `memgate chat` prints what its session owes when it starts.
+            if problem is not None and job.channel != TERMINAL:
                 log.warning("background task result not delivered id=%s reason=%s; "
                             "kept for the next start", job.id, problem)  # fmt: skip
                 return

@@ -160,6 +160,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         where: str,
         owed: Callable[[], Awaitable[list[str]]],
         approvals: Approvals | None = None,
+        beside: Callable[[TerminalChannel], Awaitable[None]] | None = None,  # background tasks
     ) -> int:
         terminal = TerminalChannel(
             handler,
@@ -202,7 +203,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         # Answers a restart kept from this terminal (stored, never shown) come first.
         for text in await owed():
             print(f"\n(kept from before a restart)\n{text}\n", flush=True)
-        await terminal.run()
+        await (terminal.run() if beside is None else beside(terminal))
         return 0
 
     async def chat() -> int:
@@ -226,8 +227,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     await reply.sent()
                 return texts
 
+            async def beside(terminal: TerminalChannel) -> None:
+                # The background tasks spawn starts run beside the prompt, results printed there.
+                assert runtime.agent.subagents is not None
+                await runtime.agent.subagents.run_beside(terminal, runtime.agent.job_message)
+
             return await talk(
-                runtime.agent.handle, "in this process", local_owed, runtime.agent.tools.approvals
+                runtime.agent.handle,
+                "in this process",
+                local_owed,
+                runtime.agent.tools.approvals,
+                beside if runtime.agent.subagents is not None else None,
             )
 
     return asyncio.run(chat())
