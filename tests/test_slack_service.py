@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,37 @@ async def test_refused_mrkdwn_is_sent_as_plain_text(tmp_path: Path) -> None:
     assert refused.args["text"] == "*done*: a&lt;b"
     assert fake.sent(DM) == [{**fake.sent(DM)[0], "text": "**done**: a<b", "mrkdwn": False}]
     assert plain.args.get("mrkdwn") is False
+
+
+class StopsMidway:
+    """A handler that shows the start of its answer and then never finishes (the process is
+    stopped under it)."""
+
+    def __init__(self, fake: FakeSlack) -> None:
+        self.fake = fake
+
+    async def __call__(
+        self, message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage:
+        assert stream is not None
+        await stream.write("x" * 300)
+        await self.fake.wait_for(lambda: self.fake.texts(DM))
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_reply_cut_by_a_stop_is_finished_in_its_message(tmp_path: Path) -> None:
+    """A streamed reply stopped halfway is answered at the next start in the message it had
+    already put in the chat (edited to the whole answer), not in a second one."""
+    state = tmp_path / "state"
+    async with fake_slack() as fake:
+        options = {"streaming": "on", "state_dir": state}
+        async with serving(fake, StopsMidway(fake), tmp_path, **options):
+            await fake.say(DM, ALICE, "long one")
+            await fake.wait_for(lambda: fake.texts(DM))
+        [shown] = fake.sent(DM)
+        recorder = Recorder(lambda text: "the whole answer")
+        async with serving(fake, recorder, tmp_path, **options):
+            await fake.wait_for(lambda: fake.texts(DM) == ["the whole answer"])
+    assert [m["ts"] for m in fake.sent(DM)] == [shown["ts"]]
+    assert len(fake.of("chat.postMessage")) == 1
