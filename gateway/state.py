@@ -1,8 +1,9 @@
 """The state folder: what the gateway keeps for itself, outside the workspace the model sees.
 
 It holds the Telegram inbox journals and channel state, the search index, the lock, the
-terminal's line history, the MCP tool lists remembered from each server's last start and the
-token ratio learnt for each model (memory/calibration.py). Earlier
+terminal's line history, the MCP tool lists remembered from each server's last start, the
+token ratio learnt for each model (memory/calibration.py) and the session figures `memgate status`
+keeps (memory/sessions/figures.py). Earlier
 versions kept these inside the workspace (`.state/`, `.index/`, `.memgate.lock`);
 `move_workspace_state()` moves them out once, at start, under the lock.
 """
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 INDEX_DIR = "index"
 MCP_TOOLS = "mcp-tools.json"
 TOKEN_CALIBRATION = "token-calibration.json"
+SESSION_FIGURES = "session-figures.json"
 OLD_STATE, OLD_INDEX, OLD_LOCK = ".state", ".index", ".memgate.lock"
 
 
@@ -35,6 +37,11 @@ def mcp_tools_path(state_dir: Path) -> Path:
 def token_calibration_path(state_dir: Path) -> Path:
     """The server's tokens per counted token, learnt for each model."""
     return state_dir / TOKEN_CALIBRATION
+
+
+def session_figures_path(state_dir: Path) -> Path:
+    """Each session file's figures as `memgate status` last read them."""
+    return state_dir / SESSION_FIGURES
 
 
 def index_path(state_dir: Path) -> Path:

@@ -14,14 +14,14 @@ from gateway.config.models import ChatChannelConfig, Config
 from gateway.config.web import describe_web
 from gateway.skills.catalog import SkillCatalog
 from gateway.skills.prompt import skills_summary
-from gateway.state import token_calibration_path
+from gateway.state import session_figures_path, token_calibration_path
 from gateway.tools.exec import describe as describe_exec
 from memory.calibration import TokenCalibration
 from memory.consolidation.dedupe import UPDATE_REPORT, describe_updates
 from memory.consolidation.failures import FAILURE_REPORT, read_failure_report, read_raw_endings
 from memory.files import MemoryFiles
-from memory.sessions.index import load_session
-from memory.sessions.store import SessionStore, interrupted_turn, owed_replies
+from memory.sessions.figures import FiguresCache
+from memory.sessions.store import SessionStore
 
 
 def mask(secret: str) -> str:
@@ -77,18 +77,19 @@ def describe(config: Config) -> str:
     pending = 0
     owed: dict[str, int] = {}
     interrupted: list[str] = []
+    # Each file's figures are cached: a status reads only what was appended since the last one.
+    cache = FiguresCache(session_figures_path(config.state_dir))
     for key in keys:
-        loaded = load_session(store.path_for(key))  # from the pointer on, through its index
-        pending += loaded.base + len(loaded.messages) - loaded.last_consolidated
-        if count := len(owed_replies([*loaded.earlier_owed, *loaded.messages], loaded.delivered)):
-            owed[key] = count
-        if interrupted_turn(loaded.messages):
+        figures = cache.figures(store.path_for(key))
+        pending += figures.pending
+        if figures.owed:
+            owed[key] = len(figures.owed)
+        if figures.interrupted:
             interrupted.append(key)
     archive = store.archived_paths()
-    archival = 0
-    for path in archive:
-        loaded = load_session(path, 0)  # from the pointer on: a finished archive is not read whole
-        archival += loaded.last_consolidated < loaded.base + len(loaded.messages)
+    archival = sum(cache.figures(path).pending > 0 for path in archive)
+    cache.keep_only({str(store.path_for(key)) for key in keys} | {str(p) for p in archive})
+    cache.save()
     memory_size = files.memory_md.stat().st_size if files.memory_md.exists() else 0
     history_size = files.history_md.stat().st_size if files.history_md.exists() else 0
     channels = [
