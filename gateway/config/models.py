@@ -17,9 +17,9 @@ from gateway.config.chat import ChatChannelConfig as ChatChannelConfig
 from gateway.config.console import ConsoleConfig
 from gateway.config.fields import SECTION, api_url, host_port, http_url, parse_listen, ws_url
 from gateway.config.matrix import MatrixConfig as MatrixConfig
+from gateway.config.memory_updates import MemoryUpdatesConfig
 from gateway.config.slack import SlackConfig
 from gateway.config.subagents import SubagentsConfig
-from gateway.config.memory_updates import MemoryUpdatesConfig
 from gateway.config.tools import ToolsConfig
 
 
