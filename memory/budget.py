@@ -235,18 +235,28 @@ class PromptBudget:
         return turn
 
     # -- the fixed parts of the system prompt ---------------------------------------------------
-    def cap_parts(self, parts: list[Part], around: Sequence[str] = ()) -> list[Part]:
+    def cap_parts(
+        self,
+        parts: list[Part],
+        around: Sequence[str] = (),
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Part]:
         """Cut the parts that are over their share, each with a marker and a warning naming it.
 
-        The fixed files together get `fixed_share` of the limit, less the texts `around` them
-        (headings, instructions); a file smaller than an even split keeps all of it and leaves
-        the rest to the others. When even the bounds of all of them fit, nothing is cut and
-        nothing counted (exactly, each would then get all it needs).
+        The fixed files together get `fixed_share` of what the `tools`' schemas leave of the
+        limit (they go with every request too), less the texts `around` them (headings,
+        instructions); a file smaller than an even split keeps all of it and leaves the rest to
+        the others. So the system prompt and the tools never take more than the limit, however
+        many tools a chat is offered, and leave the history and the message at least the rest of
+        the share. When even the bounds fit, nothing is cut and nothing counted exactly.
         """
-        share = int(self.limit * self.fixed_share)
         at_most = self.counter.at_most
-        if sum(map(at_most, around)) + sum(at_most(part.text) for part in parts) <= share:
+        bound = self.counter.at_most_tools(tools) if tools else 0
+        wanted = sum(map(at_most, around)) + sum(at_most(part.text) for part in parts)
+        if wanted <= int((self.limit - bound) * self.fixed_share):
             return list(parts)
+        left = self.limit - (self._count_tools(tools) if tools else 0)
+        share = int(max(0, left) * self.fixed_share)
         room = max(0, share - sum(self.counter.count(text) for text in around))
         sizes = {part.name: self.counter.count(part.text) for part in parts}
         shares = allocate(sizes, room)

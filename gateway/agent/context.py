@@ -9,11 +9,13 @@ shows from the first turn after that; a turn whose tools ran makes the next one 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
+from typing import Any
 
 from gateway.bus import InboundMessage
 from gateway.skills.catalog import SkillCatalog, Skills
@@ -132,15 +134,17 @@ class ContextBuilder:
         self._looked[paths] = (now, tuple(marks))
         return tuple(marks)
 
-    async def system_prompt(self, scope: Scope) -> str:
+    async def system_prompt(self, scope: Scope, tools: list[dict[str, Any]] | None = None) -> str:
         """The scope's system prompt; byte-identical between calls while its files are unchanged.
+
+        `tools` are the schemas sent beside it: the files' share is of what they leave.
 
         A scope without memory (a group, a guest) gets AGENTS.md and SOUL.md only: never USER.md,
         MEMORY.md, the daily note or the search instructions.
         """
         key = self._fingerprint(self._sources(scope))  # today's note is a new file each day
         if self.budget is not None:  # the files' shares follow the limit the server taught
-            key = (*key, self.budget.limit)
+            key = (*key, self.budget.limit, json.dumps(tools) if tools else "")
         skills = None
         if self.skills is not None:
             skills = self.skills.fresh()
@@ -151,7 +155,7 @@ class ContextBuilder:
         if cached is not None and cached.key == key:
             return cached.text
         # Fingerprinted before reading: an edit that lands during the render is seen next time.
-        text, memory = await asyncio.to_thread(self._render, scope, skills)
+        text, memory = await asyncio.to_thread(self._render, scope, skills, tools)
         if len(self._cache) > 256:  # one entry per group chat seen
             self._cache.clear()
         self._cache[scope] = _Snapshot(key, text, memory)
@@ -172,7 +176,12 @@ class ContextBuilder:
         if self.skills is not None:
             self.skills.expire()
 
-    def _render(self, scope: Scope, skills: Skills | None = None) -> tuple[str, str | None]:
+    def _render(
+        self,
+        scope: Scope,
+        skills: Skills | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> tuple[str, str | None]:
         """The prompt, and the MEMORY.md text it was built from (None for a scope without)."""
         memory_text = None
         if scope.memory:
@@ -201,16 +210,22 @@ class ContextBuilder:
             if note:
                 day = self.memory.today().isoformat()
                 files.append((f"# Today's note ({day})", Part(f"memory/{day}.md", note)))
-        for heading, part in zip([h for h, _ in files], self._capped(parts, files), strict=True):
+        capped = self._capped(parts, files, tools)
+        for heading, part in zip([h for h, _ in files], capped, strict=True):
             parts.append(f"{heading}\n\n{part.text}")
         return "\n\n".join(parts) + "\n", memory_text
 
-    def _capped(self, head: list[str], files: list[tuple[str, Part]]) -> list[Part]:
+    def _capped(
+        self,
+        head: list[str],
+        files: list[tuple[str, Part]],
+        tools: list[dict[str, Any]] | None,
+    ) -> list[Part]:
         """The files cut to their share of the budget (whole if there is no budget)."""
         if self.budget is None:
             return [part for _, part in files]
         around = ["\n\n".join(head), *(heading for heading, _ in files)]
-        return self.budget.cap_parts([part for _, part in files], around)
+        return self.budget.cap_parts([part for _, part in files], around, tools)
 
     def user_content(self, message: InboundMessage, now: datetime | None = None) -> str:
         """The current message as the model sees it: the runtime block, then the text."""

@@ -337,13 +337,13 @@ class AgentLoop:
 
         scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
         tools = self.tools.for_scope(scope)
-        system = await self.context.system_prompt(scope)
+        schemas = tools.schemas()
+        system = await self.context.system_prompt(scope, schemas)
         # The MEMORY.md this turn saw in its prompt: what a write_file of it is compared with.
         turn_memory.set(MemorySeen(self.context.memory_shown(scope)))
         current = _current_message(
             self.context.user_content(replace(message, text=prepared.text)), prepared.images
         )
-        schemas = tools.schemas()
         end = len(session.messages) - 1 if stored is None else stored
         head = [{"role": "system", "content": system}, current]
         most = self.config.memory.max_history_messages

@@ -93,11 +93,11 @@ class SubagentTurn:
         turn_stream.set(None)
         scope = private_scope(owner=False)
         tools = self.tools.for_scope(scope).without(*WITHHELD)
-        system = f"{await self.context.system_prompt(scope)}\n{BACKGROUND}"
+        schemas = tools.schemas()
+        system = f"{await self.context.system_prompt(scope, schemas)}\n{BACKGROUND}"
         turn_memory.set(MemorySeen(self.context.memory_shown(scope)))
         session = await self.sessions.get(job.session_key)
         await self.sessions.add_messages(session, [{"role": "user", "content": job.task}])
-        schemas = tools.schemas()
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": self.context.user_content(job.origin())},
