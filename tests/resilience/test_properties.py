@@ -339,7 +339,9 @@ def test_no_skill_path_reaches_beyond_the_skills_a_chat_is_offered(
             ]:
                 output = asyncio.run(registry.execute(name, json.dumps(arguments)))
                 assert not any(s in output for s in secrets), (name, raw, output)
-                assert "outside-only" not in output and "root:x:0:0" not in output
+                # the outside file's name only where it was not asked for (a refusal names it)
+                assert "outside-only" not in output or "outside-only" in raw, (name, raw, output)
+                assert "root:x:0:0" not in output
             if registry is group:
                 assert (_snapshot(outside), *before[1:]) == before, raw
         assert (_snapshot(outside), _snapshot(root / "shipped")) == before[:2]
