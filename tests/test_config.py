@@ -74,11 +74,13 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 
 
 def test_config_is_written_private_and_valid(tmp_path: Path) -> None:
-    """The written config has mode 0600 and loads back."""
+    """The written config has mode 0600 and loads back, the web console on loopback."""
     path = tmp_path / "sub" / "config.yaml"
     write_private(path, render_config(workspace=tmp_path / "ws", api_key="sk-xyz"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert load_config(path, env={}).llm.api_key == "sk-xyz"
+    config = load_config(path, env={})
+    assert config.llm.api_key == "sk-xyz"
+    assert config.console.listen == "127.0.0.1:8766"
 
 
 def test_chat_without_config_or_terminal_exits_78(tmp_path: Path) -> None:

@@ -360,5 +360,8 @@ channels:
     token: ${{DISCORD_BOT_TOKEN}}
     allow_from: []         # Discord user ids
     group_policy: mention
+# The web console `memgate run` serves (`memgate console` prints its login URL); null: none.
+console:
+  listen: 127.0.0.1:8766   # loopback only; reach it from elsewhere over an SSH tunnel
 log_level: INFO
 """
