@@ -129,12 +129,15 @@ class OutboundMessage:
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", scrub(self.text))
 
-    def text_with_commands(self) -> str:
+    def text_with_commands(self, typed: Callable[[str], str] | None = None) -> str:
         """The text, followed by its buttons' commands to type: what a platform that shows no
-        buttons (or a message that cannot carry them) shows instead."""
+        buttons (or a message that cannot carry them) shows instead. `typed`: how a command is
+        written on that platform (Slack's `/memgate approve 3f2a` for `/approve 3f2a`), where
+        the command as it stands would not reach the bot."""
         if not self.buttons:
             return self.text
-        return f"{self.text}\n\nReply {' or '.join(b.command for b in self.buttons)}."
+        commands = [b.command if typed is None else typed(b.command) for b in self.buttons]
+        return f"{self.text}\n\nReply {' or '.join(commands)}."
 
     async def sent(self) -> None:
         """The platform took this reply (or refused it for good): it is no longer owed.
