@@ -9,13 +9,13 @@ error boundary: it logs one line (the traceback at DEBUG) and answers with a sho
 the cause; it raises nothing but cancellation, so channels handle only transport errors.
 Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
 shows as it is written; what is stored is still exactly the whole answer, or on /stop the part
-written so far with a "(stopped)" mark.
+written so far with a "(stopped)" mark. A command (`/new`, `/stop`, ...) is not a turn:
+gateway/agent/agent_commands.py answers it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,16 +23,14 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from gateway.agent.agent_commands import AgentCommands
 from gateway.agent.apology import apology
-from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
 from gateway.agent.context import ContextBuilder
 from gateway.agent.context_fit import ContextFitter
-from gateway.agent.memory_commands import MEMORY_COMMANDS, MemoryCommands
 from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
-from gateway.agent.status import chat_status
-from gateway.agent.subagents import Subagents, stop_reply
+from gateway.agent.subagents import Subagents
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
 from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
 from gateway.agent.watchers import Activity, MemoryKeeper, TurnObserver, TurnStats
@@ -40,23 +38,19 @@ from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
 from gateway.media.reader import MediaReader, PreparedMessage
-from gateway.skills.prompt import skills_reply
 from gateway.tools.files import MemorySeen, turn_memory
 from gateway.tools.registry import ToolRegistry, turn_origin, turn_stream
-from gateway.tools.scope import GROUP, scope_for
+from gateway.tools.scope import scope_for
 from gateway.tools.toolbox import ToolBox
 from memory.budget import PromptBudget
 from memory.errors import BudgetError
 from memory.files import MemoryFiles
-from memory.forgotten import FORGOTTEN_FILE, ForgottenLines
 from memory.sessions.file import Message
 from memory.sessions.store import Session, SessionStore, legal_messages
 from memory.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
-NEW_SESSION_REPLY = "New session started."
-UNSENT_WAIT = 10.0  # seconds /new waits for the chat's answers to be sent before rotating
 # Unconsolidated messages whose byte bound a turn adds up on the event loop (a fraction of a
 # millisecond); a longer backlog is sized in a worker thread, so no turn waits on its length.
 INLINE_HISTORY = 256
@@ -105,11 +99,30 @@ class AgentLoop:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
         self._stopped: set[asyncio.Task[str | None]] = set()  # turns /stop cancelled
-        self.jobs_command = jobs_command  # `/jobs`, answered by the scheduler's side
-        forgotten = ForgottenLines(config.state_dir / FORGOTTEN_FILE)
-        self.memory_commands = MemoryCommands(memory, forgotten)  # `/memory`, `/forget`
-        self.subagents: Subagents | None = None  # background agents (`spawn`), where they run
+        self.commands = AgentCommands(
+            config=config,
+            sessions=sessions,
+            memory=memory,
+            counter=counter,
+            budget=self.budget,
+            tools=tools,
+            context=context,
+            keeper=keeper,
+            lock=self._session_lock,
+            stop_turn=self._stop_turn,
+            replies_sent=self._replies_sent,
+            jobs_command=jobs_command,
+        )
         self.activity = Activity()  # memgate run starts MCP servers once it is quiet
+
+    @property
+    def subagents(self) -> Subagents | None:
+        """Background agents (`spawn`), where they run; `/stop` and `/tasks` reach them."""
+        return self.commands.subagents
+
+    @subagents.setter
+    def subagents(self, subagents: Subagents | None) -> None:
+        self.commands.subagents = subagents
 
     # -- entry point -------------------------------------------------------------------------------
     async def handle(
@@ -135,7 +148,7 @@ class AgentLoop:
         try:
             text = await self._dispatch(message, stats, stream)
             reply = self._reply(message, text, stats) if text else None
-            if reply is not None and (choice := self.memory_commands.buttons(message)):
+            if reply is not None and (choice := self.commands.buttons(message)):
                 reply = replace(reply, buttons=choice)  # /forget's listing: Forget or Keep
         except Exception as exc:
             reply = self._reply(message, apology(message, exc, self.config.llm.model), None)
@@ -207,11 +220,9 @@ class AgentLoop:
     async def _dispatch(
         self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
     ) -> str | None:
-        command = parse_command(message.text)
-        if command is not None and command.name in AGENT_COMMANDS:
-            return await self._command(command.name, message)
-        if command is not None:
-            return f"Unknown command /{command.name}.\n\n{help_text(message.channel)}"
+        answer = await self.commands.answer(message)
+        if answer is not None:
+            return answer
         if not message.text.strip() and not message.media:
             return None
         async with self._session_lock(message.key), self._slots:
@@ -228,54 +239,20 @@ class AgentLoop:
                     self._stopped.discard(finished)
             return None if turn.cancelled() else turn.result()
 
-    # -- commands ----------------------------------------------------------------------------------
-    async def _command(self, name: str, message: InboundMessage) -> str:
-        key = message.key
-        if name == "help":
-            return help_text(message.channel)
-        if name == "stop":
-            tasks = await self.subagents.stop(key) if self.subagents is not None else 0
-            turn = self._running.get(key)
-            if turn is None or turn.done():
-                return stop_reply(False, tasks)
-            self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
-            turn.cancel()
-            return stop_reply(True, tasks)
-        if name == "tasks":
-            if self.subagents is None:
-                return "Background tasks are not available here."
-            return self.subagents.describe(key)
-        if name == "status":
-            memory = self.config.memory
-            with_memory = scope_for(message, memory.groups, memory.guests).memory
-            session = await self.sessions.get(key)
-            memory_md = self.memory.memory_md if with_memory else None
-            return await chat_status(session, self.counter, self.config.llm, memory_md, self.budget)
-        if name in ("approve", "deny"):  # answered here, outside the lock the asking turn holds
-            if self.tools.approvals is None:
-                return "Nothing here asks for approval (exec is off)."
-            return self.tools.approvals.answer(
-                name == "approve", command_args(message.text), message
-            )
-        if name in MEMORY_COMMANDS:
-            return await self.memory_commands.answer(name, command_args(message.text), message)
-        if name == "jobs":
-            if self.jobs_command is None:
-                return "Scheduled jobs are not available here."
-            return self.jobs_command(command_args(message.text), message)
-        if name == "skills":  # a group is offered only the skills marked for groups
-            scope = scope_for(message, self.config.memory.groups, self.config.memory.guests)
-            return await skills_reply(self.context.skills, scope.name == GROUP)
-        # /new waits for a running turn of this chat and for its answers to be sent (a reply
-        # that never is, e.g. to a terminal that left, is waited for only so long), then rotates.
-        async with self._session_lock(key):
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(UNSENT_WAIT), self._sent:
-                    await self._sent.wait_for(lambda: key not in self._unsent)
-            archived = await self.sessions.rotate(key)
-        if archived is not None and self.keeper is not None:
-            self.keeper.after_rotate(key, archived)
-        return NEW_SESSION_REPLY
+    # -- what the commands need of the turns -------------------------------------------------------
+    def _stop_turn(self, key: str) -> bool:
+        """/stop: cancel session `key`'s running turn; False if none is running."""
+        turn = self._running.get(key)
+        if turn is None or turn.done():
+            return False
+        self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
+        turn.cancel()
+        return True
+
+    async def _replies_sent(self, key: str) -> None:
+        """Return once every answer of session `key` handed to a channel is reported sent."""
+        async with self._sent:
+            await self._sent.wait_for(lambda: key not in self._unsent)
 
     async def job_message(
         self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
