@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.subagents import Subagents, describe_listed
+from gateway.agent.subagents import Owners, Subagents, describe_listed
 from gateway.bus import InboundMessage
 from gateway.service.app import Runtime, open_runtime
 from gateway.service.run import chat_ready, chat_sender
@@ -49,6 +49,7 @@ async def gateway(
     fake_llm: FakeLLM,
     telegram: FakeTelegram,
     memory: dict[str, Any] | None = None,
+    owners: Owners | None = None,
     **subagents: Any,
 ) -> AsyncIterator[Runtime]:
     """The runtime, its Telegram channel connected, and the background agents' task group."""
@@ -64,7 +65,7 @@ async def gateway(
         assert background is not None
         async with running(channel):
             work = background.run(
-                runtime.agent.job_message, chat_sender([channel]), chat_ready([channel])
+                runtime.agent.job_message, chat_sender([channel]), chat_ready([channel]), owners
             )
             task = asyncio.create_task(work)
             try:
@@ -72,6 +73,34 @@ async def gateway(
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_result_is_withheld_from_someone_no_longer_an_owner(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """An owner starts a task, a reload takes them out of allow_from while it runs: its result
+    (words from the private scope) is neither sent to their chat nor stored in its history."""
+    owners = {"42"}
+    release = asyncio.Event()
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden pages"}), match=_chat)
+    fake_llm.push(text("Started it."), match=_chat)
+    fake_llm.push(text(RESULT), hold=release, match=is_background)
+
+    def is_owner(channel: str, sender_id: str, username: str | None) -> bool:
+        return sender_id in owners
+
+    async with gateway(tmp_path, fake_llm, fake_telegram, owners=is_owner) as runtime:
+        fake_telegram.message("please summarise my garden pages")
+        await fake_telegram.wait_for(lambda: "Started it." in _plain(fake_telegram))
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        owners.clear()  # as a SIGHUP with 42 taken out of allow_from leaves the access
+        release.set()
+        await _wait(runtime, lambda: _background(runtime).finished == 1)
+        parent = tmp_path / "workspace" / "sessions" / "telegram:42.jsonl"
+        lines = _lines(parent)
+        assert describe_listed(runtime.config.state_dir) == "subagents:  none running"
+    assert not any(RESULT in t for t in _plain(fake_telegram))
+    assert not any(RESULT in str(m.get("content")) for m in lines)
 
 
 async def _wait(runtime: Runtime, check: Callable[[], bool]) -> None:

@@ -48,6 +48,7 @@ class Assignment:
     channel: str
     chat_id: str
     sender_id: str
+    sender_username: str | None = None  # where allow_from may list its starter by @name
 
     @property
     def session_key(self) -> str:
@@ -59,6 +60,7 @@ class Assignment:
             channel=self.channel,
             chat_id=self.chat_id,
             sender_id=self.sender_id,
+            sender_username=self.sender_username,
             text=self.task,
             sender_name=f"background task {self.id}",
             sender_is_owner=True,

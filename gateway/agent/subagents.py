@@ -62,6 +62,12 @@ class StoreReply(Protocol):
     ) -> OutboundMessage | None: ...
 
 
+class Owners(Protocol):
+    """Whether a person is an owner by the access settings in force (a reload changes them)."""
+
+    def __call__(self, channel: str, sender_id: str, username: str | None) -> bool: ...
+
+
 class Prompt(Protocol):
     """A terminal's prompt: it runs until its person leaves, and prints what nobody asked for."""
 
@@ -118,20 +124,29 @@ class Subagents:
         self._store: StoreReply | None = None
         self._deliver: Deliver | None = None
         self._ready: ChannelReady | None = None
+        self._owners: Owners | None = None
         self._writing = asyncio.Lock()
         self._moved = asyncio.Condition()  # notified when a background agent ends or reports
         self._started = False
         self.finished = 0  # results reported to their chats, for tests and status
 
     # -- the service's side ------------------------------------------------------------------------
-    async def run(self, store: StoreReply, deliver: Deliver, ready: ChannelReady) -> None:
+    async def run(
+        self,
+        store: StoreReply,
+        deliver: Deliver,
+        ready: ChannelReady,
+        owners: Owners | None = None,
+    ) -> None:
         """Run background agents until cancelled; first tell the chats of those a previous
         process left running that they were interrupted. Cancelled (a stop), the running ones
-        stay listed, and the next start tells their chats the same."""
+        stay listed, and the next start tells their chats the same. A result whose starter
+        `owners` no longer lists (a reload took them out) is not given to their chat."""
         if self._started:
             raise RuntimeError("Subagents.run() was already started")
         self._started = True
         self._store, self._deliver, self._ready = store, deliver, ready
+        self._owners = owners
         left = await asyncio.to_thread(load_left, self.state_dir)
         self._listed.update((job.id, job) for job in left)
         try:
@@ -256,6 +271,7 @@ class Subagents:
             channel=origin.channel,
             chat_id=origin.chat_id,
             sender_id=origin.sender_id,
+            sender_username=origin.sender_username,
         )
         self._listed[job.id] = job
         await self._save()  # listed before it starts: a kill from now on is reported
@@ -316,6 +332,20 @@ class Subagents:
         """Store `text` in the parent session as owed (or find what was stored for this task
         before a kill), deliver it, and forget the task once its chat has it."""
         assert self._store is not None and self._deliver is not None and self._ready is not None
+        owners = self._owners
+        if owners is not None and not owners(job.channel, job.sender_id, job.sender_username):
+            # Its words came from the private scope (MEMORY.md, the owner's files): not for
+            # someone who is no longer an owner, nor stored in their chat's history.
+            log.warning(
+                "background task result withheld id=%s channel=%s user=%s reason=no longer an owner",
+                job.id,
+                job.channel,
+                job.sender_id,
+            )
+            await self._forget(job)
+            self.finished += 1
+            await self._notify()
+            return
         job_tag = f"{SESSION_PREFIX}{job.id}"
         reply = await self._store(job.channel, job.chat_id, job.parent, text, job_tag, run_id(job))
         if reply is not None:

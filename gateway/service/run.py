@@ -321,7 +321,7 @@ async def _supervise(
         jobs = runtime.scheduler.run(runtime.agent, deliver, owners, chat_ready(channels))
         tasks.append(group.create_task(jobs, name="scheduler"))
         if (background := runtime.agent.subagents) is not None:  # `spawn`'s tasks, and results
-            work = background.run(runtime.agent.job_message, deliver, chat_ready(channels))
+            work = background.run(runtime.agent.job_message, deliver, chat_ready(channels), owners)
             tasks.append(group.create_task(work, name="subagents"))
         if automation.heartbeat and automation.home:
             beat = Heartbeat(
