@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import collector_paused
+from gateway.cli.chat import collector_paused
 from gateway.llm.on_demand import OnDemand
 from gateway.service.app import Runtime
 from memory.errors import TokenizerError

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import chat_history_path
+from gateway.cli.chat import chat_history_path
 from gateway.errors import ConfigError, WorkspaceLockedError
 from gateway.service.app import open_runtime
 from memory.search.searcher import MemorySearch
