@@ -4,18 +4,24 @@ clients for the owner and a stranger, the fake LLM behind the agent."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from channels.matrix.channel import ENCRYPTED_NOTICE, MatrixChannel
 from channels.pairing import PairingStore
+from gateway.bus import Button, Handler, InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import MatrixConfig
 from gateway.service.app import Runtime
-from tests.fakes.llm import FakeLLM, streamed, text
+from gateway.service.run import chat_sender
+from tests.conftest import RuntimeFactory
+from tests.fakes.llm import FakeLLM, streamed, text, tool_call, tool_results
+from tests.sandboxing import needs_bwrap, prepare_workspace
 from tests.synapse import Account, Person, Synapse, joined, person, room_with
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,8 +52,11 @@ class World:
 
 
 @asynccontextmanager
-async def matrix_bot(synapse: Synapse, runtime: Runtime, **settings: Any) -> AsyncIterator[World]:
-    """The bot's account, an owner and a stranger, and the channel serving until the block ends."""
+async def matrix_bot(
+    synapse: Synapse, runtime: Runtime, handler: Handler | None = None, **settings: Any
+) -> AsyncIterator[World]:
+    """The bot's account, an owner and a stranger, and the channel serving until the block ends
+    (its messages handed to `handler`, else to the runtime's agent)."""
     owner_account = synapse.register("owner")
     bot = synapse.register("bot")
     config = MatrixConfig(
@@ -60,7 +69,7 @@ async def matrix_bot(synapse: Synapse, runtime: Runtime, **settings: Any) -> Asy
     )
     state_dir = runtime.config.state_dir
     channel = MatrixChannel(
-        runtime.agent.handle,
+        handler or runtime.agent.handle,
         config,
         workspace=runtime.config.workspace,
         state_dir=state_dir,
@@ -255,3 +264,92 @@ async def test_a_rate_limit_is_waited_out_for_the_homeservers_retry_after(
     bodies = sorted(m["content"]["body"] for m in world.owner.posts(room, world.me))
     assert bodies == [f"echo: quick {n}" for n in range(4)]
     assert "ratelimited" in caplog.text
+
+
+async def test_the_owner_forgets_by_typing_the_command_offered(
+    synapse: Synapse, runtime: Runtime
+) -> None:
+    """Matrix shows no buttons: /forget's listing ends with the commands to type, and typing the
+    one offered removes the line."""
+    cat = "- The user's cat is called Miso."
+    runtime.memory.write_memory(runtime.memory.read_memory() + f"{cat}\n")
+    async with matrix_bot(synapse, runtime) as world:
+        room = await world.dm()
+        await world.owner.send(room, "/forget miso")
+        await world.answered(room)
+        [listing] = [p["content"]["body"] for p in world.owner.posts(room, world.me)]
+        assert cat in listing and listing.endswith("\n\nReply /forget yes or /forget no.")
+        await world.owner.send(room, "/forget yes")
+        await world.answered(room, 2)
+    assert "1 line removed" in world.owner.posts(room, world.me)[1]["content"]["body"]
+    assert "Miso" not in runtime.memory.read_memory()
+
+
+class AsksWhileStreaming:
+    """A handler that streams a first part and, once it shows, answers with a question and
+    its buttons."""
+
+    def __init__(self) -> None:
+        self.shown = asyncio.Event()
+
+    async def __call__(
+        self, message: InboundMessage, stream: ReplyStream | None = None
+    ) -> OutboundMessage:
+        assert stream is not None
+        await stream.write("Let me look. " * 20)
+        await self.shown.wait()
+        choice = (Button("Approve", "/approve 3f2a"), Button("Deny", "/deny 3f2a"))
+        return OutboundMessage(message.channel, message.chat_id, "Run this?", buttons=choice)
+
+
+async def test_a_streamed_reply_ends_with_its_buttons_commands(
+    synapse: Synapse, runtime: Runtime
+) -> None:
+    """A reply shown while written that ends offering buttons is edited, in its message, to the
+    question followed by the commands to type."""
+    handler = AsksWhileStreaming()
+    async with matrix_bot(synapse, runtime, handler) as world:
+        room = await world.dm()
+        await world.owner.send(room, "anything to run?")
+        await world.answered(room)
+        handler.shown.set()
+        [post] = world.owner.posts(room, world.me)
+
+        def shown() -> str:
+            return world.owner.shown_text(room, world.me, post["event_id"])
+
+        await world.owner.wait_for(lambda: shown().startswith("Run this?"), what="the question")
+    assert shown() == "Run this?\n\nReply /approve 3f2a or /deny 3f2a."
+    assert len(world.owner.posts(room, world.me)) == 1
+
+
+@needs_bwrap
+async def test_an_exec_approval_names_the_command_to_type(
+    synapse: Synapse, make_runtime: RuntimeFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """exec's request in the owner's DM (the turn streaming meanwhile) ends with
+    `/approve ID or /deny ID`; the owner typing that /approve runs the command."""
+    prepare_workspace(tmp_path)
+    tools = {"exec": {"enabled": True, "timeout": 20, "approve_timeout": 30}}
+    fake_llm.push(tool_call("exec", {"command": "touch approved.txt"}))
+    fake_llm.push(text("done"), match=lambda body: bool(tool_results(body)))
+    async with make_runtime({"tools": tools}) as runtime, matrix_bot(synapse, runtime) as world:
+        assert runtime.agent.tools.approvals is not None
+        runtime.agent.tools.approvals.notify = chat_sender([world.channel])
+        room = await world.dm()
+        await world.owner.send(room, "run it")
+
+        def bodies() -> list[str]:
+            return [p["content"]["body"] for p in world.owner.posts(room, world.me)]
+
+        await world.owner.wait_for(
+            lambda: any("Run this command?" in b for b in bodies()), what="the request"
+        )
+        [request] = [b for b in bodies() if "Run this command?" in b]
+        found = re.search(r"Reply (/approve \w+) or /deny \w+\.$", request)
+        assert found is not None, request
+        await world.owner.send(room, found.group(1))
+        await world.owner.wait_for(
+            lambda: "Approved: running it." in bodies(), within=30, what="the answer"
+        )
+        assert (runtime.config.workspace / "approved.txt").exists()

@@ -145,7 +145,8 @@ class MatrixChannel:
             log.warning("matrix send while not running room_id=%s", message.chat_id)
             return None
         target = Target(message.chat_id, message.metadata.get("thread_id"), message.reply_to)
-        pieces = split_message(message.text, MESSAGE_LIMIT)
+        # No buttons on Matrix: a message that offers some ends with the commands to type.
+        pieces = split_message(message.text_with_commands(), MESSAGE_LIMIT)
         for index, piece in enumerate(pieces):
             # The stored answer's id as transaction id: a resend after a restart (same device)
             # gets the event the homeserver already made, not a second one.
