@@ -4,6 +4,7 @@ timeline and the memory search) and Status (the service's live state, failures, 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from memory.consolidation.failures import FAILURE_REPORT
 from tests.conftest import RuntimeFactory, listen_port, turns
 from tests.console_client import ConsoleClient, client, login_url, serving
 from tests.fakes.llm import FakeLLM, text, tool_call
+from tests.test_status_figures import corrupt_line
 
 SECRET = "sk-test-secret-key-0123456789"  # the api_key of tests.conftest.build_config
 
@@ -62,6 +64,24 @@ async def test_chats_lists_sessions_and_shows_one_with_tool_calls_folded(
     assert "&quot;query&quot;: &quot;cat&quot;" in html
     assert "<details><summary>result of" in html
     assert (await browser.get("/chats/view?key=..%2F..%2Fconfig"))[0] == 404
+
+
+async def test_chats_reads_only_what_was_appended_since_it_was_last_shown(
+    console_runtime: Runtime, browser: ConsoleClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The list keeps each file's figures between looks: an old line spoilt in place goes unread
+    (a whole read would warn of it) and new turns are counted."""
+    await turns(console_runtime, 5)
+    await turns(console_runtime, 1, "7")
+    status, html = await browser.get("/chats")
+    assert status == 200 and "0 of 10" in html
+    corrupt_line(console_runtime.sessions.path_for("test:42"), 2)
+    await turns(console_runtime, 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memory.sessions.file"):
+        status, html = await browser.get("/chats")
+    assert status == 200 and "0 of 12" in html
+    assert not [r for r in caplog.records if "corrupt" in r.getMessage()]
 
 
 async def test_history_is_a_timeline_and_searchable(

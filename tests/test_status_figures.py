@@ -51,16 +51,21 @@ async def test_the_figures_follow_appends_and_a_new_file(runtime: Runtime) -> No
     def whole_read() -> tuple[int, int, int]:
         whole = parse_session_bytes(path.read_bytes())
         owed = owed_among(whole.messages, whole.delivered)
+        # the Chats page's figures too: the last message's time
+        last[0] = str(whole.messages[-1]["timestamp"])
         return len(whole.messages), whole.last_consolidated, len(owed)
 
     def look() -> tuple[tuple[int, int, int], int]:
         cache = FiguresCache(cache_path)
         figures = cache.figures(path)
         cache.save()
+        last[1] = figures.last_active
         return (figures.messages, figures.pointer, len(figures.owed)), cache.parsed_bytes
 
+    last = ["", ""]  # the last message's time: as a whole read says, as the cache says
     await turns(runtime, 3)
     assert look()[0] == whole_read() == (6, 0, 3)
+    assert last[0] == last[1] != ""
     assert look()[1] == 0
     size = path.stat().st_size
     reply = await runtime.agent.handle(inbound("one more"))
@@ -68,7 +73,9 @@ async def test_the_figures_follow_appends_and_a_new_file(runtime: Runtime) -> No
     await reply.sent()  # its delivered mark is appended too
     figures, parsed = look()
     assert figures == whole_read() == (8, 0, 3)
+    assert last[0] == last[1]
     assert parsed == path.stat().st_size - size
     await runtime.agent.handle(inbound("/new"))  # the file moves to the archive; a new one starts
     await turns(runtime, 1)
     assert look()[0] == whole_read() == (2, 0, 1)
+    assert last[0] == last[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -14,9 +15,10 @@ from aiohttp import web
 
 from gateway.console.html import e, table
 from gateway.console.view import Console
+from gateway.state import session_figures_path
+from memory.sessions.figures import FiguresCache
 from memory.sessions.file import read_session
-from memory.sessions.index import load_session
-from memory.sessions.store import SessionStore, owed_replies
+from memory.sessions.store import SessionStore
 
 SHOWN = 200  # the last messages of a chat shown on its page
 
@@ -31,24 +33,26 @@ class Chat:
     group: bool
 
 
-def list_chats(store: SessionStore) -> list[Chat]:
-    """Every live session, most recently active first (each read through its index)."""
+def list_chats(store: SessionStore, figures_path: Path) -> list[Chat]:
+    """Every live session, most recently active first. Each file's figures come from the cache
+    `memgate status` keeps (memory/sessions/figures.py): only what was appended since it was
+    last looked at is read, so the page does not read every chat of a busy workspace."""
+    cache = FiguresCache(figures_path)  # one per call: pages may be asked for at once
     chats = []
     keys = store.keys()  # the files on disk
     for key in keys:
-        loaded = load_session(store.path_for(key))
-        last = loaded.messages[-1].get("timestamp", "") if loaded.messages else ""
-        owed = owed_replies([*loaded.earlier_owed, *loaded.messages], loaded.delivered)
+        figures = cache.figures(store.path_for(key))
         chats.append(
             Chat(
                 key,
-                loaded.base + len(loaded.messages),
-                loaded.last_consolidated,
-                len(owed),
-                str(last or loaded.created_at or ""),
-                loaded.group,
+                figures.messages,
+                figures.pointer,
+                len(figures.owed),
+                figures.last_active,
+                figures.group,
             )
         )
+    cache.save()
     return sorted(chats, key=lambda chat: chat.last_active, reverse=True)
 
 
@@ -57,7 +61,7 @@ def routes(console: Console) -> list[web.RouteDef]:
     store = SessionStore(config.workspace / "sessions", config.tz)
 
     async def show(request: web.Request) -> web.Response:
-        chats = await asyncio.to_thread(list_chats, store)
+        chats = await asyncio.to_thread(list_chats, store, session_figures_path(config.state_dir))
         rows = [
             [
                 f'<a href="/chats/view?key={quote(chat.key, safe="")}">{e(chat.key)}</a>',

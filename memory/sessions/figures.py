@@ -25,7 +25,7 @@ from memory.sessions.index import load_session, owed_among
 log = logging.getLogger(__name__)
 
 _TAIL = 256  # bytes before the described size that must not have changed
-_VERSION = 1
+_VERSION = 2  # 2: the last message's time and the group flag (for the console's Chats page)
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Figures:
     pointer: int  # the consolidation pointer
     owed: list[str] = field(default_factory=list)  # reply ids stored as owed, never delivered
     interrupted: bool = False  # the session ends in tool steps: a turn a restart stopped
+    last_active: str = ""  # the last message's timestamp (else the file's creation)
+    group: bool = False  # a group's or a guest's words are in it
 
     @property
     def pending(self) -> int:
@@ -120,9 +122,10 @@ def _grow(known: Figures, grown: bytes, origin: str, handle: Any) -> Figures:
     owed = [reply for reply in known.owed if reply not in tail.delivered]
     owed += [str(m["reply_id"]) for m in owed_among(tail.messages, tail.delivered)]
     interrupted = _ends_in_steps(tail) if tail.messages else known.interrupted
+    last = _last_active(tail) or known.last_active
     size = tail.good_size
     return Figures(known.ino, size, _tail_digest(handle, size), messages, min(pointer, messages),
-                   owed, interrupted)  # fmt: skip
+                   owed, interrupted, last, known.group or tail.group)  # fmt: skip
 
 
 def _from_loaded(loaded: Loaded, ino: int, handle: Any) -> Figures:
@@ -130,7 +133,12 @@ def _from_loaded(loaded: Loaded, ino: int, handle: Any) -> Figures:
     owed = owed_among([*loaded.earlier_owed, *loaded.messages], loaded.delivered)
     size = loaded.good_size
     return Figures(ino, size, _tail_digest(handle, size), messages, loaded.last_consolidated,
-                   [str(m["reply_id"]) for m in owed], _ends_in_steps(loaded))  # fmt: skip
+                   [str(m["reply_id"]) for m in owed], _ends_in_steps(loaded),
+                   _last_active(loaded) or str(loaded.created_at or ""), loaded.group)  # fmt: skip
+
+
+def _last_active(loaded: Loaded) -> str:
+    return str(loaded.messages[-1].get("timestamp") or "") if loaded.messages else ""
 
 
 def _ends_in_steps(loaded: Loaded) -> bool:
