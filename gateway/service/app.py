@@ -56,6 +56,7 @@ from memory.files import MemoryFiles
 from memory.forgotten import FORGOTTEN_FILE, ForgottenLines
 from memory.search.searcher import MemorySearch
 from memory.search.tools import search_tools
+from memory.search.touched import TouchedFiles
 from memory.sessions.store import SessionStore
 from memory.tokens import TokenCounter
 
@@ -204,8 +205,10 @@ async def _build_runtime(
             summary_model = ProviderSummaryModel(
                 lambda: given, getattr(given, "tool_support", tool_support)
             )
-        sessions = SessionStore(config.workspace / "sessions", config.tz)
-        search = await stack.enter_async_context(open_search(config))
+        # The store tells search what it wrote: a search then reads those files, not the year.
+        touched = TouchedFiles()
+        sessions = SessionStore(config.workspace / "sessions", config.tz, on_write=touched.add)
+        search = await stack.enter_async_context(open_search(config, touched))
         memory_tools = [Tool(*entry) for entry in search_tools(search)]
         group = await stack.enter_async_context(asyncio.TaskGroup())
         mcp, offered = _start_mcp(config, stack, group, mcp_start)

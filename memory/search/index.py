@@ -3,8 +3,9 @@
 Each refresh compares the files with what was indexed (size, mtime, inode, and a fingerprint of the
 bytes before the resume point): an append is parsed from where the last parse stopped, anything else
 reindexes that file, and files that are gone are dropped. Each file commits on its own, so an
-interrupted refresh leaves consistent rows. Methods are synchronous; `MemorySearch` runs them in
-worker threads.
+interrupted refresh leaves consistent rows. Given the files this process writes (search_touched),
+the refresh before a search looks only at those and at memory/, and at every file once a minute.
+Methods are synchronous; `MemorySearch` runs them in worker threads.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
 from memory.search.db import IndexDatabase, transaction
-from memory.search.sources import Cursor, Source, parse, scan
+from memory.search.sources import Cursor, Source, parse, scan, scan_files
 from memory.search.text import HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, Query, segment
+from memory.search.touched import TouchedFiles
 
 log = logging.getLogger(__name__)
 
@@ -79,23 +81,27 @@ class SearchIndex:
         tz: tzinfo,
         db_path: Path | None = None,
         rank_window: int = RANK_WINDOW,
+        touched: TouchedFiles | None = None,
     ) -> None:
         self.workspace = workspace
         self.tz = tz
         self.db = IndexDatabase(db_path or workspace / ".index" / "memory.db", str(tz))
         self.rank_window = rank_window
+        # What this process writes; without it, every refresh looks at every file.
+        self.touched = touched
         # The files table as of the last refresh, and the connection and data_version it was
         # read at: another process's commit (or a reopened file) makes it read again.
         self._known: dict[str, tuple[int, int, int]] = {}
         self._known_at: tuple[sqlite3.Connection, int] | None = None
 
     # -- public ------------------------------------------------------------------------------------
-    def refresh(self, progress: Progress | None = None) -> RefreshStats:
-        return self.db.run(lambda conn: self._refresh(conn, progress))
+    def refresh(self, progress: Progress | None = None, *, full: bool = True) -> RefreshStats:
+        """Index what changed in every file; with `full=False`, as the refresh before a search."""
+        return self.db.run(lambda conn: self._refresh(conn, progress, full))
 
     def rebuild(self, progress: Progress | None = None) -> RefreshStats:
         def work(conn: sqlite3.Connection) -> RefreshStats:
-            stats = self._refresh(conn, progress)
+            stats = self._refresh(conn, progress, True)
             conn.execute("INSERT INTO fts(fts) VALUES ('optimize')")  # one b-tree: faster queries
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             return stats
@@ -107,7 +113,7 @@ class SearchIndex:
 
         def work(conn: sqlite3.Connection) -> list[Match]:
             if refresh:
-                self._refresh(conn, None)
+                self._refresh(conn, None, False)
             pool = max(3 * limit, 20)  # enough candidates for the recency tie-break
             found = self._match(conn, query.strict, pool)
             if not found and query.loose:
@@ -146,18 +152,21 @@ class SearchIndex:
         self.db.close()
 
     # -- indexing ----------------------------------------------------------------------------------
-    def _refresh(self, conn: sqlite3.Connection, progress: Progress | None) -> RefreshStats:
+    def _refresh(
+        self, conn: sqlite3.Connection, progress: Progress | None, full: bool
+    ) -> RefreshStats:
         # This runs before every search: compare plain tuples kept from the last refresh, read
         # full rows only for changes.
+        reopened = self._known_at is None or self._known_at[0] is not conn
         known = self._known_files(conn)
-        current = scan(self.workspace)
+        current, indexed = self._look(conn, known, full or reopened)
         changed = [
             (Source(path, absolute, kind), stat)
             for path, (absolute, kind, stat) in current.items()
             if known.get(path) != (stat.st_size, stat.st_mtime_ns, stat.st_ino)
         ]
         stats = RefreshStats()
-        gone = [path for path in known if path not in current]
+        gone = [path for path in indexed if path not in current]
         if not changed and not gone:
             return stats
         for path in gone:
@@ -172,11 +181,29 @@ class SearchIndex:
                 known[source.relative] = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
             except OSError as exc:  # vanished or unreadable since the scan: next refresh sees it
                 known.pop(source.relative, None)
+                if self.touched is not None:
+                    self.touched.add(self.workspace / source.relative)
                 log.warning("cannot index file=%s error=%s", source.relative, exc)
             done += stat.st_size
             if progress is not None:
                 progress(done, total)
         return stats
+
+    def _look(
+        self, conn: sqlite3.Connection, known: dict[str, tuple[int, int, int]], full: bool
+    ) -> tuple[dict[str, tuple[str, str, os.stat_result]], Iterable[str]]:
+        """The files to compare with the index now, and the indexed paths they cover (one missing
+        from the files is gone): every file, or, told what this process writes and no full scan
+        due, those written since the last refresh and memory/'s (a handful, and the person may
+        edit them by hand), its indexed paths read through the path's index, not from every row."""
+        written = None if self.touched is None else self.touched.take(full)
+        looked_at = None if written is None else _relative(self.workspace, written)
+        if looked_at is None:
+            return scan(self.workspace), known
+        current = scan(self.workspace, ("memory",)) | scan_files(self.workspace, looked_at)
+        # '0' follows '/': the range holds every path that starts with memory/.
+        rows = conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0'")
+        return current, [row[0] for row in rows] + [path for path in looked_at if path in known]
 
     def _known_files(self, conn: sqlite3.Connection) -> dict[str, tuple[int, int, int]]:
         """Path to (size, mtime_ns, ino) of every indexed file, read from the database only when
@@ -313,6 +340,14 @@ def _row(values: tuple[Any, ...]) -> _Indexed:
     return _Indexed(
         file_id, size, mtime_ns, ino, Cursor(resume, resume_line, resume_ts), bytes(fingerprint)
     )
+
+
+def _relative(workspace: Path, paths: set[Path]) -> set[str] | None:
+    """`paths` as the index names them; None if one is not under `workspace` as spelt here."""
+    try:
+        return {path.relative_to(workspace).as_posix() for path in paths}
+    except ValueError:
+        return None
 
 
 def tie_break(matches: list[Match]) -> list[Match]:

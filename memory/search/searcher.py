@@ -2,7 +2,8 @@
 
 `MemorySearch` keeps a SQLite FTS5 index of HISTORY.md, MEMORY.md, daily notes and sessions (see
 search_sources, search_index) and refreshes it before every query, so what was appended a moment ago
-is found. Given an `Embedder`, it also ranks by meaning: new entries are embedded as the index grows
+is found: every file is looked at, or, told what this process writes (search_touched), those files
+and memory/, with every file once a minute for other processes' writes. Given an `Embedder`, it also ranks by meaning: new entries are embedded as the index grows
 and each query blends vector and keyword scores (search_vectors); if the embeddings endpoint fails,
 that query runs on keywords alone. `get()` reads lines around a hit (search_get). It imports
 neither the gateway nor an LLM SDK.
@@ -20,6 +21,7 @@ from memory.errors import EmbeddingError
 from memory.search.get import DEFAULT_LINES, read_lines
 from memory.search.index import Match, Progress, RefreshStats, SearchIndex, tie_break
 from memory.search.text import Query, make_snippet, parse_query
+from memory.search.touched import TouchedFiles
 from memory.search.vectors import BATCH, Embedder, VectorStore, blend, embed_checked, text_of
 
 log = logging.getLogger(__name__)
@@ -53,10 +55,11 @@ class MemorySearch:
         db_path: Path | None = None,
         embedder: Embedder | None = None,
         weights: tuple[float, float] = DEFAULT_WEIGHTS,
+        touched: TouchedFiles | None = None,
     ) -> None:
         self.workspace = workspace
         self.tz = tz
-        self.index = SearchIndex(workspace, tz, db_path)
+        self.index = SearchIndex(workspace, tz, db_path, touched=touched)
         self.vectors = VectorStore(self.index.db)
         self.embedder = embedder
         self.weights = weights

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from pathlib import Path
@@ -84,18 +84,39 @@ def is_inside(path: Path, allowed: tuple[Path, ...]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in allowed)
 
 
-def scan(workspace: Path) -> dict[str, tuple[str, str, os.stat_result]]:
-    """Every file search indexes: its relative path to its absolute path, kind and stat; links that
-    lead outside memory/ and sessions/ are skipped. Plain tuples: it runs before every search,
-    over every session file of the workspace."""
+def _memory_kind(name: str) -> str | None:
+    if name == "MEMORY.md":
+        return "memory"
+    if name == "HISTORY.md":
+        return "history"
+    return "note" if _NOTE_NAME.fullmatch(name) else None
+
+
+def _session_kind(name: str) -> str | None:
+    return "session" if name.endswith(".jsonl") else None
+
+
+# The folders whose files search indexes (a folder's own files: the archive is a folder of its
+# own), each with how it tells a file's kind from its name.
+_KINDS: dict[str, Callable[[str], str | None]] = {
+    "memory": _memory_kind,
+    "sessions": _session_kind,
+    "sessions/archive": _session_kind,
+}
+FOLDERS = tuple(_KINDS)
+
+
+def scan(
+    workspace: Path, folders: tuple[str, ...] = FOLDERS
+) -> dict[str, tuple[str, str, os.stat_result]]:
+    """Every file search indexes in `folders`: its relative path to its absolute path, kind and
+    stat; links that lead outside memory/ and sessions/ are skipped. Plain tuples: it runs before
+    searches, over every session file of the workspace."""
     allowed = roots(workspace)
     found: dict[str, tuple[str, str, os.stat_result]] = {}
     # os.scandir: one stat per file, and symlinks are known from the directory entry itself.
-    for folder, pick in (
-        ("memory", _memory_kind),
-        ("sessions", _session_kind),
-        ("sessions/archive", _session_kind),
-    ):
+    for folder in folders:
+        pick = _KINDS[folder]
         try:
             listing = os.scandir(workspace / folder)
         except (FileNotFoundError, NotADirectoryError):
@@ -116,16 +137,29 @@ def scan(workspace: Path) -> dict[str, tuple[str, str, os.stat_result]]:
     return found
 
 
-def _memory_kind(name: str) -> str | None:
-    if name == "MEMORY.md":
-        return "memory"
-    if name == "HISTORY.md":
-        return "history"
-    return "note" if _NOTE_NAME.fullmatch(name) else None
-
-
-def _session_kind(name: str) -> str | None:
-    return "session" if name.endswith(".jsonl") else None
+def scan_files(
+    workspace: Path, relatives: Iterable[str]
+) -> dict[str, tuple[str, str, os.stat_result]]:
+    """As `scan`, for the named files alone (relative paths as `scan` gives them): those that
+    exist and that search indexes."""
+    allowed = roots(workspace)
+    found: dict[str, tuple[str, str, os.stat_result]] = {}
+    for relative in relatives:
+        folder, _, name = relative.rpartition("/")
+        pick = _KINDS.get(folder)
+        kind = pick(name) if pick is not None else None
+        if kind is None:
+            continue
+        path = str(workspace / folder / name)
+        try:
+            if os.path.islink(path) and not is_inside(Path(path).resolve(), allowed):
+                continue
+            stat = os.stat(path)
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
+            continue
+        if S_ISREG(stat.st_mode):
+            found[relative] = (path, kind, stat)
+    return found
 
 
 def parse(

@@ -160,6 +160,7 @@ class SessionStore:
         cache_size: int = 256,
         keep_recent: int = KEEP_RECENT,
         cache_messages: int = CACHE_MESSAGES,
+        on_write: Callable[[Path], None] | None = None,
     ) -> None:
         self.root = root
         self.keep_recent = keep_recent  # messages loaded before the end, whatever the pointer
@@ -174,6 +175,8 @@ class SessionStore:
         # Sessions moved to the archive by /new that a job may still be working on.
         self._archived: weakref.WeakValueDictionary[Path, Session] = weakref.WeakValueDictionary()
         self.commits = GroupCommit()  # appends of one loop iteration share a thread hop
+        # Told each file written, once its bytes are in it (memory search re-reads those).
+        self._on_write = on_write or (lambda path: None)
 
     def now(self) -> str:
         return datetime.now(self.tz).isoformat(timespec="seconds")
@@ -257,6 +260,8 @@ class SessionStore:
                 with contextlib.suppress(Exception):
                     self._settle(session, records, lines, await pending)
                 raise
+            finally:
+                self._on_write(session.path)
             self._settle(session, records, lines, size)
 
     @staticmethod
@@ -315,6 +320,8 @@ class SessionStore:
             target = await asyncio.to_thread(
                 move_to_archive, session.path, self.archive, stem, stamp
             )
+            self._on_write(session.path)
+            self._on_write(target)
             await asyncio.to_thread(drop_index, self.root / file_name(key))
             # Anyone still holding the old object (a running consolidation) now appends to the
             # archived file, and archival finds the same object, so the two never overlap.
