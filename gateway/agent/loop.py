@@ -8,9 +8,10 @@ a crash resumes from the stored steps without running a tool twice; the answer i
 error boundary: it logs one line (the traceback at DEBUG) and answers with a short apology naming
 the cause; it raises nothing but cancellation, so channels handle only transport errors.
 Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
-shows as it is written; what is stored is still exactly the whole answer, or on /stop the part
-written so far with a "(stopped)" mark. A command (`/new`, `/stop`, ...) is not a turn:
-gateway/agent/agent_commands.py answers it.
+shows as it is written (gateway/agent/model_call.py); what is stored is still exactly the whole
+answer, or on /stop the part written so far with a "(stopped)" mark. A command (`/new`, `/stop`,
+...) is not a turn: gateway/agent/agent_commands.py answers it. Answers out with a channel are
+counted until it reports them sent (gateway/agent/unsent.py).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from gateway.agent.agent_commands import AgentCommands
 from gateway.agent.apology import apology
 from gateway.agent.context import ContextBuilder
 from gateway.agent.context_fit import ContextFitter
+from gateway.agent.model_call import ask_model
 from gateway.agent.outbox import Outbox
 from gateway.agent.replay import ReplayAction, find_replay
 from gateway.agent.session_lock import SessionLock
 from gateway.agent.subagents import Subagents
 from gateway.agent.tool_steps import close_interrupted, run_tool_step
-from gateway.agent.turn_notes import RESTART_NOTE, mark_stopped, tool_note
+from gateway.agent.turn_notes import tool_note
+from gateway.agent.unsent import UnsentReplies
 from gateway.agent.watchers import Activity, MemoryKeeper, TurnObserver, TurnStats
 from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
 from gateway.config.models import Config
@@ -90,11 +93,8 @@ class AgentLoop:
         self.fitter = ContextFitter(self.budget, config.llm, getattr(provider, "gate", None))
         self.media = media  # None: attachments stay the channels' notes (no transcripts, no images)
         self.outbox = Outbox(sessions)
-        # Answers to replayable messages (with a message id) handed to a channel and not yet
-        # reported sent. /new waits for them: rotated before the channel finished its inbox
-        # entry, a kill would replay a message the new file does not hold, and answer it twice.
-        self._unsent: dict[str, int] = {}
-        self._sent = asyncio.Condition()
+        # Answers to replayable messages (with a message id) out with a channel: /new waits.
+        self._unsent = UnsentReplies()
         self._slots = asyncio.Semaphore(config.agent.max_concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._running: dict[str, asyncio.Task[str | None]] = {}
@@ -110,7 +110,7 @@ class AgentLoop:
             keeper=keeper,
             lock=self._session_lock,
             stop_turn=self._stop_turn,
-            replies_sent=self._replies_sent,
+            replies_sent=self._unsent.wait_sent,
             jobs_command=jobs_command,
         )
         self.activity = Activity()  # memgate run starts MCP servers once it is quiet
@@ -176,7 +176,7 @@ class AgentLoop:
         if stats is not None and stats.session is not None and stats.answer is not None:
             reply = self.outbox.reply(stats.session, stats.answer, reply)
             if message.message_id:  # a channel that replays by message id after a crash
-                reply = self._track(reply, message.key)
+                reply = self._unsent.track(reply, message.key)
         return reply
 
     async def owed(self, channel: str, chat_id: str, key: str) -> list[OutboundMessage]:
@@ -185,7 +185,7 @@ class AgentLoop:
         to send before it takes a new message."""
         session = await self.sessions.get(key)
         return [
-            self._track(
+            self._unsent.track(
                 self.outbox.reply(
                     session, stored, OutboundMessage(channel, chat_id, str(stored["content"]))
                 ),
@@ -193,29 +193,6 @@ class AgentLoop:
             )
             for stored in self.outbox.owed(session)
         ]
-
-    def _track(self, reply: OutboundMessage, key: str) -> OutboundMessage:
-        """Count `reply` as unsent for its session until its channel reports it sent."""
-        mark = reply.on_sent
-        if mark is None:
-            return reply
-        self._unsent[key] = self._unsent.get(key, 0) + 1
-        done = False
-
-        async def sent() -> None:
-            nonlocal done
-            try:
-                await mark()
-            finally:
-                if not done:
-                    done = True
-                    self._unsent[key] -= 1
-                    if not self._unsent[key]:
-                        del self._unsent[key]
-                    async with self._sent:
-                        self._sent.notify_all()
-
-        return replace(reply, on_sent=sent)
 
     async def _dispatch(
         self, message: InboundMessage, stats: TurnStats, stream: ReplyStream | None = None
@@ -245,14 +222,9 @@ class AgentLoop:
         turn = self._running.get(key)
         if turn is None or turn.done():
             return False
-        self._stopped.add(turn)  # a streamed answer keeps what it showed (see _ask)
+        self._stopped.add(turn)  # a streamed answer keeps what it showed (see model_call)
         turn.cancel()
         return True
-
-    async def _replies_sent(self, key: str) -> None:
-        """Return once every answer of session `key` handed to a channel is reported sent."""
-        async with self._sent:
-            await self._sent.wait_for(lambda: key not in self._unsent)
 
     async def job_message(
         self, channel: str, chat_id: str, key: str, text: str, job: str, run: str
@@ -431,48 +403,10 @@ class AgentLoop:
         stats: TurnStats,
         request: list[dict[str, Any]],
     ) -> ChatResponse | str:
-        if stream is None:
-            return await self.provider.chat(request, schemas)
-        return await self._ask(session, request, schemas, stream, stats)
-
-    async def _ask(
-        self,
-        session: Session,
-        request: list[dict[str, Any]],
-        schemas: list[dict[str, Any]],
-        stream: ReplyStream,
-        stats: TurnStats,
-    ) -> ChatResponse | str:
-        """One streamed model call; on /stop, the text written so far, marked and stored as owed.
-
-        Cancelled any other way (shutdown), it stays cancelled and stores nothing: the user
-        message is answered again at the next start, as for a turn that was not streamed.
-        """
-        written: list[str] = []
-
-        async def write(piece: str) -> None:
-            written.append(piece)
-            await stream.write(piece)
-
-        async def restart() -> None:
-            # The text shown was cut off, not finished: a note stands in for it until the
-            # answer, asked again, is written anew (and /stop keeps only the new text).
-            written.clear()
-            await stream.status(RESTART_NOTE)
-
-        try:
-            return await self.provider.stream_chat(
-                request, schemas, on_text=write, on_restart=restart
-            )
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            partial = "".join(written).strip()
-            if task is None or task not in self._stopped or not partial:
-                raise
-            task.uncancel()  # this cancellation was /stop's, and is answered here
-        text = mark_stopped(partial)
-        stats.session, stats.answer = session, await self.outbox.owe(session, text)
-        return text
+        answer = await ask_model(self.provider, request, schemas, stream, self._stopped)
+        if isinstance(answer, str):  # /stop cut a streamed answer: what it showed is owed
+            stats.session, stats.answer = session, await self.outbox.owe(session, answer)
+        return answer
 
     def _session_lock(self, key: str) -> SessionLock:
         return SessionLock(self._locks, key)
