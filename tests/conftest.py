@@ -463,6 +463,13 @@ async def turns(runtime: Runtime, count: int, chat_id: str = "42", **fields: Any
         assert reply is not None
 
 
+def corrupt_line(path: Path, number: int) -> None:
+    """Overwrite one line in place with as many bytes of garbage (size and end unchanged)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[number] = b"x" * (len(lines[number]) - 1) + b"\n"
+    path.write_bytes(b"".join(lines))
+
+
 TAG = re.compile(r"\n<!-- memgate:[0-9a-f]{16} -->$")
 
 

@@ -13,10 +13,9 @@ import pytest
 from gateway.service.app import Runtime
 from gateway.service.run import optional_states
 from memory.consolidation.failures import FAILURE_REPORT
-from tests.conftest import RuntimeFactory, listen_port, turns
+from tests.conftest import RuntimeFactory, corrupt_line, listen_port, turns
 from tests.console_client import ConsoleClient, client, login_url, serving
 from tests.fakes.llm import FakeLLM, text, tool_call
-from tests.test_status_figures import corrupt_line
 
 SECRET = "sk-test-secret-key-0123456789"  # the api_key of tests.conftest.build_config
 

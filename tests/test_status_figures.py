@@ -4,7 +4,6 @@ what changed, not the history the workspace holds."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -14,14 +13,7 @@ from gateway.state import session_figures_path
 from memory.sessions.figures import FiguresCache
 from memory.sessions.file import parse_session_bytes
 from memory.sessions.index import owed_among
-from tests.conftest import inbound, turns
-
-
-def corrupt_line(path: Path, number: int) -> None:
-    """Overwrite one line in place with as many bytes of garbage (size and end unchanged)."""
-    lines = path.read_bytes().splitlines(keepends=True)
-    lines[number] = b"x" * (len(lines[number]) - 1) + b"\n"
-    path.write_bytes(b"".join(lines))
+from tests.conftest import corrupt_line, inbound, turns
 
 
 async def test_a_second_status_reads_only_the_lines_appended_since_the_first(
