@@ -15,6 +15,7 @@ import asyncio
 import gc
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext, suppress
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from channels.slack.channel import SlackChannel
     from channels.telegram.channel import TelegramChannel
     from gateway.tools.mcp import McpServers
+    from memory.search.searcher import MemorySearch
 
 log = logging.getLogger(__name__)
 
@@ -248,17 +250,61 @@ def optional_states(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-async def release_mcp(mcp: McpServers, channels: Sequence[Channel], activity: Activity) -> None:
-    """Let the MCP servers start once every channel is connected and no message has been answered
-    for MCP_QUIET, or after MCP_HOLD at most: the SDK's import (seconds of the interpreter on a
-    busy machine) would slow the channels' start and the first answers, which need no server
-    unless they call one of its tools (a call lets the servers go at once)."""
+async def settled(channels: Sequence[Channel], activity: Activity) -> None:
+    """Return once every channel is connected and no message has been answered for MCP_QUIET, or
+    after MCP_HOLD at most: when what no first answer needs may begin."""
     with suppress(TimeoutError):
         async with asyncio.timeout(MCP_HOLD):
             for channel in channels:
                 await channel.ready.wait()
             await activity.quiet_for(MCP_QUIET)
+
+
+async def release_mcp(mcp: McpServers, channels: Sequence[Channel], activity: Activity) -> None:
+    """Let the MCP servers start once settled: the SDK's import (seconds of the interpreter on a
+    busy machine) would slow the channels' start and the first answers, which need no server
+    unless they call one of its tools (a call lets the servers go at once)."""
+    await settled(channels, activity)
     mcp.release()
+
+
+class _Stopped(Exception):
+    """The service stopped while the index was being brought up to date."""
+
+
+async def warm_search(
+    search: MemorySearch, channels: Sequence[Channel], activity: Activity
+) -> None:
+    """Bring the search index up to date once settled, so that the model's first memory_search
+    does not build it inside a turn (a missing index of a year of chats takes a minute or more;
+    a search meanwhile waits for this one). A failure is left to the next search to meet."""
+    await settled(channels, activity)
+    stopping = threading.Event()
+
+    def progress(done: int, total: int) -> None:  # called between files, each its own commit
+        if stopping.is_set():
+            raise _Stopped
+
+    began = time.monotonic()
+    try:
+        # The words only: embeddings stay with the searches, as many at a time as they allow.
+        stats = await asyncio.to_thread(search.index.refresh, progress)
+    except asyncio.CancelledError:
+        stopping.set()  # the thread stops after its file, so a stop does not wait for a year
+        raise
+    except _Stopped:
+        return
+    except Exception as exc:  # sqlite3, OSError: the tool's own refresh reports it to the model
+        log.warning("search index not brought up to date at start error=%s", exc)
+        log.debug("search index refresh at start failed", exc_info=True)
+        return
+    if stats.files:
+        log.info(
+            "search index brought up to date files=%d entries_added=%d seconds=%.1f",
+            stats.files,
+            stats.added,
+            time.monotonic() - began,
+        )
 
 
 async def load_client(channels: Sequence[Channel]) -> None:
@@ -340,6 +386,11 @@ async def _supervise(
                 release_mcp(mcp, channels, runtime.agent.activity), name="mcp-release"
             )
             stopping.add_done_callback(lambda _: released.cancel())
+        if runtime.search is not None:  # not one of `tasks` either
+            warming = group.create_task(
+                warm_search(runtime.search, channels, runtime.agent.activity), name="search-warm"
+            )
+            stopping.add_done_callback(lambda _: warming.cancel())
         # A channel that ends on its own (a fatal error) stops the whole gateway, so the
         # supervisor (systemd) can restart it; the task group raises its error for us.
         done, _ = await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
