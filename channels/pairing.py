@@ -5,8 +5,8 @@ codes and checks approvals on every message) and by `memgate pairing` (which app
 revokes).
 Every change is a read-modify-write under an exclusive lock on `pairing.lock`, so two processes
 never lose each other's change; readers notice a new file by its inode and mtime, so a change takes
-effect on the next message without a restart. Imports `memory.fileio` and `channels.errors` of
-ours.
+effect on the next message without a restart. Imports `memory.fileio`, `channels.errors` and
+`gateway.bus` (how a command is typed) of ours.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from channels.errors import PairingError as PairingError  # the command line imports it here
+from gateway.bus import typed_command
 from memory.fileio import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -363,12 +364,14 @@ def _dump(table: _Table) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def stranger_reply(code: str) -> str:
-    """The one message a stranger gets: their code and how the owner approves it."""
+def stranger_reply(code: str, channel: str) -> str:
+    """The one message a stranger gets: their code and how the owner approves it (the command
+    as typed on `channel`)."""
     return (
         "I only answer people my owner has let in. Your pairing code is "
-        f"{code} (valid for an hour). Ask the owner to approve it: /pair {code} in their chat "
-        f"with me, or `memgate pairing approve {code}`."
+        f"{code} (valid for an hour). Ask the owner to approve it: "
+        f"{typed_command(channel, f'/pair {code}')} in their chat with me, or "
+        f"`memgate pairing approve {code}`."
     )
 
 
@@ -385,7 +388,8 @@ def pair_command(
             if not waiting:
                 return "No pairing codes are waiting."
             lines = [f"{p.code}  {p.name or '?'} (id {p.sender_id})" for p in waiting]
-            return "Waiting for approval (send /pair CODE):\n" + "\n".join(lines)
+            pair = typed_command(channel, "/pair CODE")
+            return f"Waiting for approval (send {pair}):\n" + "\n".join(lines)
         approved = store.approve(argument, f"{channel}:{sender_id}", channel=channel)
     except (PairingError, OSError) as exc:  # OSError: the state folder refuses the write
         return f"Not approved: {exc}."

@@ -102,4 +102,4 @@ class Reception:
                 exc,
             )
             return None
-        return stranger_reply(answer.code) if answer.reply and answer.code else None
+        return stranger_reply(answer.code, self._channel) if answer.reply and answer.code else None

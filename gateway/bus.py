@@ -10,6 +10,8 @@ stored answer is owed until then, and owed answers are sent again after a restar
 A message may offer `Button`s, each a label and the command it stands for. A platform with buttons
 shows them (Telegram's inline keyboard) and turns a press into that command sent by the presser,
 admitted and answered exactly as if they had typed it; any other shows the commands to type.
+Every text of ours that names a command (those, /help, a pairing code's reply) writes it with
+`typed_command`, as it is typed on the message's platform.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ class InboundMessage:
         return self.session_key or f"{self.channel}:{self.chat_id}"
 
 
+# Platforms that keep every message starting with "/" to their own commands, so it never reaches
+# the bot, and the one slash command of ours that memgate's commands are typed through there: the
+# Slack app's manifest declares /memgate (README), and channels/slack reads `/memgate new` back as
+# `/new`.
+SLASH_COMMANDS: dict[str, str] = {"slack": "/memgate"}
+
+
+def typed_command(channel: str, command: str) -> str:
+    """How memgate's `command` (`/approve 3f2a`, `/forget TEXT`) is typed on `channel`: through
+    its slash command where the platform keeps `/…` messages (Slack's `/memgate approve 3f2a`),
+    else as it stands."""
+    through = SLASH_COMMANDS.get(channel)
+    return command if through is None else f"{through} {command.removeprefix('/')}"
+
+
 # Telegram carries a button's command as its callback_data: 1 to 64 bytes.
 BUTTON_COMMAND_BYTES = 64
 
@@ -129,14 +146,13 @@ class OutboundMessage:
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", scrub(self.text))
 
-    def text_with_commands(self, typed: Callable[[str], str] | None = None) -> str:
-        """The text, followed by its buttons' commands to type: what a platform that shows no
-        buttons (or a message that cannot carry them) shows instead. `typed`: how a command is
-        written on that platform (Slack's `/memgate approve 3f2a` for `/approve 3f2a`), where
-        the command as it stands would not reach the bot."""
+    def text_with_commands(self) -> str:
+        """The text, followed by its buttons' commands as typed on this message's platform
+        (`typed_command`): what a platform that shows no buttons (or a message that cannot carry
+        them) shows instead."""
         if not self.buttons:
             return self.text
-        commands = [b.command if typed is None else typed(b.command) for b in self.buttons]
+        commands = [typed_command(self.channel, b.command) for b in self.buttons]
         return f"{self.text}\n\nReply {' or '.join(commands)}."
 
     async def sent(self) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from channels.slack.events import clean_text, slash_command, slash_event
+from channels.slack.events import clean_text, slash_event
 from channels.slack.mrkdwn import render_mrkdwn
-from gateway.bus import Button, InboundMessage, OutboundMessage, ReplyStream
+from gateway.bus import Button, InboundMessage, OutboundMessage, ReplyStream, typed_command
 from gateway.service.run import chat_sender
 from tests.conftest import RuntimeFactory
 from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
@@ -25,8 +25,8 @@ TYPED = re.compile(r"/memgate (\w+(?: \w+)?)")
 
 def test_a_command_is_offered_as_the_slash_command_that_brings_it_back() -> None:
     """`/approve 3f2a` is offered as `/memgate approve 3f2a`, which arrives as `/approve 3f2a`."""
-    assert slash_command("/approve 3f2a") == "/memgate approve 3f2a"
-    words = slash_command("/forget yes").removeprefix("/memgate ")
+    assert typed_command("slack", "/approve 3f2a") == "/memgate approve 3f2a"
+    words = typed_command("slack", "/forget yes").removeprefix("/memgate ")
     event = slash_event({"channel_id": DM, "user_id": ALICE, "text": words}, BOT_USER, "1.000001")
     assert clean_text(event["text"], BOT_USER) == "/forget yes"
 

@@ -53,18 +53,6 @@ log = logging.getLogger(__name__)
 _LOGIN_TIMEOUT = 30.0
 
 
-def shown_text(message: OutboundMessage) -> str:
-    """What Slack shows of a reply: its text, then its buttons' commands as typed here. Slack
-    shows no buttons of ours, and keeps a message starting with `/` to its own commands, so
-    `/approve 3f2a` is offered as `/memgate approve 3f2a`."""
-    return message.text_with_commands(events.slash_command)
-
-
-async def _finish_live(live: LiveReply, reply: OutboundMessage) -> bool:
-    """A shown reply put in place of its live messages, rendered as `shown_text`."""
-    return await live.finish(shown_text(reply))
-
-
 class SlackChannel:
     """A Slack app in Socket Mode: DMs, channels per `group_policy`, threads as sessions."""
 
@@ -191,7 +179,9 @@ class SlackChannel:
             log.warning("slack send while not running chat_id=%s", message.chat_id)
             return None
         thread = message.metadata.get("thread_ts") or None
-        return await self._poster.send_pieces(message.chat_id, shown_text(message), thread)
+        # Slack shows no buttons of ours: their commands, as typed here (`/memgate approve 3f2a`).
+        text = message.text_with_commands()
+        return await self._poster.send_pieces(message.chat_id, text, thread)
 
     # -- Socket Mode (called by the SDK) -----------------------------------------------------------
     async def _on_frame(self, _: AsyncBaseSocketModeClient, frame: dict[str, Any], __: Any) -> None:
@@ -301,7 +291,7 @@ class SlackChannel:
             self._threads.add(self._thread_key(message))
         send: Send = self._send_pieces
         if live is not None and not live.untouched:
-            send = partial(_finish_live, live)
+            send = live.finish_reply
             if reply is None:
                 await live.finish(None)
         await settle(reply, partial(self._finish, seq), send)

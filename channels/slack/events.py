@@ -1,6 +1,6 @@
 """Slack events read and kept: which message events are for us, whether one addresses the bot,
-its text with our mention removed, how a command is typed here (through our slash command),
-the inbox record that outlives a restart, the message ids
+its text with our mention removed, our slash command read back as the command it carries
+(how one is written here is `gateway.bus.typed_command`'s), the inbox record that outlives a restart, the message ids
 (`ts`) as the integers the shared journal and live replies use, and the events already seen.
 
 Pure: no SDK. Of ours `gateway.bus` and the inbox's JSON type.
@@ -17,9 +17,6 @@ from typing import Any
 
 from channels.inbox import Json
 from gateway.bus import InboundMessage
-
-# The slash command the app's manifest adds (README): memgate's commands are typed through it.
-SLASH_COMMAND = "/memgate"
 
 # Message subtypes that are a person writing; the rest (edits, joins, bots' posts) are not.
 _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
@@ -80,7 +77,7 @@ def slash_event(payload: Json, bot_user: str, ts: str) -> Json:
     message that starts with `/` to its own commands, so memgate's come through one of them,
     addressed to the bot wherever it is typed."""
     channel = str(payload.get("channel_id") or "")
-    words = str(payload.get("text") or "").strip()
+    words = str(payload.get("text") or "").strip().lstrip("/").strip()  # `/memgate /new` too
     return {
         "type": "message",
         "channel": channel,
@@ -89,12 +86,6 @@ def slash_event(payload: Json, bot_user: str, ts: str) -> Json:
         "ts": ts,
         "channel_type": "im" if channel.startswith("D") else "channel",
     }
-
-
-def slash_command(command: str) -> str:
-    """How memgate's `command` is typed in Slack, where `/approve 3f2a` would never reach the
-    app: `/memgate approve 3f2a`, which `slash_event` turns back into it."""
-    return f"{SLASH_COMMAND} {command.removeprefix('/')}"
 
 
 def mentions(text: str, bot_user: str) -> bool:

@@ -20,7 +20,7 @@ from gateway.agent.session_lock import SessionLock
 from gateway.agent.status import chat_status
 from gateway.agent.subagents import Subagents, stop_reply
 from gateway.agent.watchers import MemoryKeeper
-from gateway.bus import Button, InboundMessage
+from gateway.bus import Button, InboundMessage, typed_command
 from gateway.config.models import Config
 from gateway.skills.prompt import skills_reply
 from gateway.tools.scope import GROUP, scope_for
@@ -77,7 +77,8 @@ class AgentCommands:
         if command is None:
             return None
         if command.name not in AGENT_COMMANDS:
-            return f"Unknown command /{command.name}.\n\n{help_text(message.channel)}"
+            unknown = typed_command(message.channel, f"/{command.name}")
+            return f"Unknown command {unknown}.\n\n{help_text(message.channel)}"
         return await self._command(command.name, message)
 
     def buttons(self, message: InboundMessage) -> tuple[Button, ...]:

@@ -1,18 +1,21 @@
 """Chat commands: the one registry of them, and their parsing.
 
 `/help`, Telegram's command menu and Telegram's `/start` greeting are all generated from `COMMANDS`,
-each channel's `/help` listing only the commands that work there; the agent dispatches the ones it
-handles by name, the channels answer the others (`/pair` in a DM).
+each channel's `/help` listing only the commands that work there, written as they are typed there
+(`gateway.bus.typed_command`: Slack's `/memgate new`); the agent dispatches the ones it handles by
+name, the channels answer the others (`/pair` in a DM).
 Both read a command with `parse_command`, which lives in `channels.base` so the channels can reach
 it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from channels.base import parse_command as parse_command  # re-exported: the agent's reading
+from gateway.bus import typed_command
 
 # Where a command is offered: in /help, in Telegram's command menu.
 Scope = Literal["help", "menu"]
@@ -120,17 +123,24 @@ COMMANDS: tuple[CommandSpec, ...] = (
 AGENT_COMMANDS = frozenset(command.name for command in COMMANDS if command.handler == "agent")
 
 
-def _help_line(command: CommandSpec) -> str:
-    usage = f"/{command.name} {command.usage}".rstrip()
-    return f"{usage} — {command.explanation}"
+# A command an explanation names, e.g. the `/forget` of "then /forget yes removes them".
+_NAMED = re.compile(r"(?<![\w/])/[a-z]+\b")
+
+
+def _help_line(command: CommandSpec, channel: str = "") -> str:
+    """The command's /help line, every command in it written as typed on `channel`."""
+    usage = typed_command(channel, f"/{command.name} {command.usage}".rstrip())
+    explanation = _NAMED.sub(lambda named: typed_command(channel, named[0]), command.explanation)
+    return f"{usage} — {explanation}"
 
 
 HELP_TEXT = "\n".join(["Commands:", *(_help_line(c) for c in COMMANDS if "help" in c.scopes)])
 
 
 def help_text(channel: str) -> str:
-    """/help on `channel`: the commands offered in help that this channel answers."""
-    lines = (_help_line(c) for c in COMMANDS if "help" in c.scopes and c.offered(channel))
+    """/help on `channel`: the commands offered in help that this channel answers, as typed
+    there."""
+    lines = (_help_line(c, channel) for c in COMMANDS if "help" in c.scopes and c.offered(channel))
     return "\n".join(["Commands:", *lines])
 
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from channels.base import parse_command
-from gateway.bus import Button, InboundMessage
+from gateway.bus import Button, InboundMessage, typed_command
 from memory.errors import MemoryChangedError
 from memory.fileio import create_exclusive
 from memory.files import MemoryFiles
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 MEMORY_COMMANDS = frozenset({"memory", "forget"})
 CONFIRM_WITHIN = 600.0  # seconds a shown /forget waits for its yes
 SHOWN_LINES = 40  # lines of matches a reply lists; the rest are counted
-REFUSED = "Only the owner can use /memory and /forget, in a private chat with me."
 YES, NO = frozenset({"yes", "y"}), frozenset({"no", "n", "cancel"})
 # Under a listing: each the command typed (a platform without buttons shows those instead).
 CHOICE = (Button("Forget them", "/forget yes"), Button("Keep them", "/forget no"))
@@ -99,19 +98,23 @@ class MemoryCommands:
 
     async def answer(self, name: str, args: str, message: InboundMessage) -> str:
         """The reply to `/name args` in the chat of `message`."""
+        channel = message.channel
         if message.is_group or not message.sender_is_owner:
-            return REFUSED
+            memory, forget = typed_command(channel, "/memory"), typed_command(channel, "/forget")
+            return f"Only the owner can use {memory} and {forget}, in a private chat with me."
         if name == "memory":
             return await asyncio.to_thread(self._show, args.strip())
         word = args.strip().casefold()
         if word in YES:
-            return await asyncio.to_thread(self._confirm, message.key)
+            return await asyncio.to_thread(self._confirm, message.key, channel)
         if word in NO:
             return (
                 "Nothing forgotten." if self._pending.pop(message.key, None) else "Nothing waits."
             )
         if not word:
-            return "Send /forget TEXT: I show the lines of memory that hold it, then /forget yes."
+            forget = typed_command(channel, "/forget TEXT")
+            yes = typed_command(channel, "/forget yes")
+            return f"Send {forget}: I show the lines of memory that hold it, then {yes}."
         return await asyncio.to_thread(self._find, args.strip(), message.key)
 
     def buttons(self, message: InboundMessage) -> tuple[Button, ...]:
@@ -158,10 +161,11 @@ class MemoryCommands:
             "restore` brings back."
         )
 
-    def _confirm(self, key: str) -> str:
+    def _confirm(self, key: str, channel: str) -> str:
         pending = self._pending.pop(key, None)
         if pending is None or self.clock() > pending.until:
-            return "Nothing waits to be forgotten here: send /forget TEXT first."
+            forget = typed_command(channel, "/forget TEXT")
+            return f"Nothing waits to be forgotten here: send {forget} first."
         done: list[str] = []
         undo = ""
         removed = 0
@@ -171,7 +175,8 @@ class MemoryCommands:
             except MemoryChangedError:
                 return (
                     f"{found.label} changed since I showed the lines (memgate may have added "
-                    f"facts); nothing more was removed. Send /forget {pending.query} again."
+                    f"facts); nothing more was removed. Send "
+                    f"{typed_command(channel, '/forget ' + pending.query)} again."
                 )
             self.forgotten.add(found.lines())
             removed += len(found.indexes)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.agent.subagent_turn import SESSION_PREFIX, Assignment, SubagentTurn
-from gateway.bus import OutboundMessage
+from gateway.bus import OutboundMessage, typed_command
 from gateway.config.subagents import SubagentsConfig
 from gateway.errors import LLMError, describe_errors, leaf_errors
 from gateway.logs import redact
@@ -258,10 +258,13 @@ class Subagents:
         label = " ".join(label.split())
         if len(label) > LABEL_CHARS:
             label = label[: LABEL_CHARS - 1] + "…"
+        # The model passes these on: the commands as the person types them there.
+        stop = typed_command(origin.channel, "/stop")
+        tasks = typed_command(origin.channel, "/tasks")
         if len(self._running) >= self.settings.max_running:
             raise ToolError(
                 f"not started: {len(self._running)} background tasks are running, the most "
-                "agent.subagents.max_running allows; wait for one to finish or /stop them"
+                f"agent.subagents.max_running allows; wait for one to finish or {stop} them"
             )
         job = Assignment(
             id=uuid.uuid4().hex[:8],
@@ -282,7 +285,7 @@ class Subagents:
         log.info("background task started id=%s parent=%s", job.id, job.parent)
         return (
             f"Started background task {job.id} ({label}). Its result will come to this chat when "
-            "it is done; /tasks lists it and /stop stops it."
+            f"it is done; {tasks} lists it and {stop} stops it."
         )
 
     # -- one background agent ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from gateway.bus import Button, InboundMessage, OutboundMessage
+from gateway.bus import Button, InboundMessage, OutboundMessage, typed_command
 from gateway.tools.registry import turn_stream
 
 log = logging.getLogger(__name__)
@@ -88,15 +88,15 @@ class Approvals:
 
     def answer(self, approve: bool, args: str, message: InboundMessage) -> str:
         """`/approve ID` or `/deny ID`: the reply for the chat."""
-        word = "approve" if approve else "deny"
+        word = typed_command(message.channel, "/approve" if approve else "/deny")
         ident = args.strip().split()[0] if args.strip() else ""
         if message.is_group or not message.sender_is_owner:
-            return f"Only the owner can /{word}, in a private chat."
+            return f"Only the owner can {word}, in a private chat."
         if not ident:
             waiting = [i for i, p in self._pending.items() if p.key == message.key]
             if not waiting:
                 return "Nothing is waiting for approval here."
-            return f"Waiting: {', '.join(waiting)}. Send /{word} ID."
+            return f"Waiting: {', '.join(waiting)}. Send {word} ID."
         pending = self._pending.get(ident)
         # Another chat's request is as unknown here as one that never was.
         if pending is None or pending.key != message.key or pending.answer.done():

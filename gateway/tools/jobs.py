@@ -14,7 +14,7 @@ from typing import Any
 from gateway.automation.heartbeat import SESSION as HEARTBEAT_SESSION
 from gateway.automation.jobs import JobError, format_time, new_job
 from gateway.automation.scheduler import SCHEDULER_SENDER, Scheduler
-from gateway.bus import InboundMessage
+from gateway.bus import InboundMessage, typed_command
 from gateway.tools.registry import Tool, ToolError, turn_origin
 
 GROUP_REFUSAL = "scheduled jobs can be made only in a private chat with the owner"
@@ -111,7 +111,8 @@ class JobTools:
             if self.scheduler.cancel(words[1], session=message.key) is None:
                 return f"No job {words[1]} in this chat."
             return f"Cancelled job {words[1]}."
-        return "Usage: /jobs, or /jobs cancel ID"
+        jobs = typed_command(message.channel, "/jobs")
+        return f"Usage: {jobs}, or {jobs} cancel ID"
 
     def operate(self, action: str, job_id: str = "") -> tuple[bool, str]:
         """`memgate jobs ACTION [ID]` for every chat's jobs: (done, text to print)."""
