@@ -11,6 +11,7 @@ from gateway.agent.commands import (
     HELP_TEXT,
     command_menu,
     greeting,
+    help_text,
     parse_command,
 )
 
@@ -24,6 +25,14 @@ def test_help_lists_every_help_command_once_in_registry_order() -> None:
         f"/{c.name} {c.usage}".rstrip() for c in offered
     ]
     assert "/pair CODE — let in someone who was given a pairing code" in HELP_TEXT
+
+
+def test_pair_is_in_help_where_a_channel_answers_it() -> None:
+    """/pair is listed on every chat platform, whose DMs answer it (Matrix's too), never in the
+    terminal, where there is no one to let in."""
+    for channel in ("telegram", "discord", "slack", "matrix"):
+        assert "pair CODE — let in someone" in help_text(channel), channel
+    assert "pair CODE" not in help_text("terminal")
 
 
 def test_menu_and_greeting_name_the_same_commands() -> None:

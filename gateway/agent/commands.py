@@ -115,7 +115,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
         handler="channel",
         usage="CODE",
         # Answered in their DMs; the terminal has no one to let in.
-        offered_on=frozenset({"telegram", "discord", "slack"}),
+        offered_on=frozenset({"telegram", "discord", "slack", "matrix"}),
     ),
 )
 
