@@ -43,6 +43,18 @@ def test_a_word_in_more_entries_than_the_window_is_ranked_among_the_last_indexed
     assert min(hit.line for hit in hits) >= first_ranked
 
 
+def test_entries_that_tie_past_the_limit_are_the_newest(tmp_path: Path) -> None:
+    """More entries scoring the same than a query returns: the newest are the ones returned."""
+    workspace = tmp_path / "workspace"
+    _history(workspace, [f"a red kite over the hill, day {i}" for i in range(25)])
+    index = SearchIndex(workspace, UTC, tmp_path / "index.db")
+    try:
+        hits = index.search(_query("kite"), 5)
+    finally:
+        index.close()
+    assert [hit.line for hit in hits] == [49, 47, 45, 43, 41]  # entries 24 to 20, newest first
+
+
 def test_what_another_process_indexed_is_found_once_and_after_its_rebuild(tmp_path: Path) -> None:
     """Two indexes on one database (the service and `memory search`) neither miss nor double an entry."""
     workspace = tmp_path / "workspace"
