@@ -37,7 +37,7 @@ from gateway.agent.tool_steps import close_interrupted, run_tool_step
 from gateway.agent.turn_notes import tool_note
 from gateway.agent.unsent import UnsentReplies
 from gateway.agent.watchers import Activity, MemoryKeeper, TurnObserver, TurnStats
-from gateway.bus import InboundMessage, OutboundMessage, ReplyStream
+from gateway.bus import InboundMessage, OutboundMessage, ReplyStream, typed_command
 from gateway.config.models import Config
 from gateway.llm.types import ChatProvider, ChatResponse
 from gateway.media.reader import MediaReader, PreparedMessage
@@ -365,7 +365,8 @@ class AgentLoop:
                 log.warning("turn stopped over budget session=%s error=%s", session.key, exc)
                 return (
                     f"I had to stop: the next step would need {exc.needed} tokens and the model "
-                    f"takes {exc.limit}. Ask for less at once, or send /new to start afresh."
+                    f"takes {exc.limit}. Ask for less at once, or send "
+                    f"{typed_command(session.key.split(':', 1)[0], '/new')} to start afresh."
                 )
             if isinstance(answer, str):
                 return answer  # stopped: the part written so far, stored with its mark
