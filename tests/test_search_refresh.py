@@ -3,6 +3,7 @@ every other file at the next full scan (FULL_SCAN_EVERY), the first refresh a fu
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -136,6 +137,34 @@ async def test_a_new_index_file_is_filled_by_a_full_scan(process: Process) -> No
     assert await paths(process.search, "bluefalcon42") == ["sessions/discord:77.jsonl"]
     remove_index(process.search.index.db.path)
     assert await paths(process.search, "bluefalcon42") == ["sessions/discord:77.jsonl"]
+
+
+class Stop(Exception):
+    """What a stopping service's progress callback raises between two files."""
+
+
+def stop(done: int, total: int) -> None:
+    raise Stop
+
+
+async def test_a_refresh_cut_short_leaves_its_work_to_the_next(process: Process) -> None:
+    """A refresh stopped after its first file (as a stopping service stops it) does not count:
+    the files it had taken, written or due for the full scan, are read by the next search."""
+    assert await paths(process.search, "bluefalcon42") == ["sessions/discord:77.jsonl"]
+    for key, word in (("telegram:42", "gecko"), ("discord:77", "iguana")):
+        session = await process.store.get(key)
+        await process.store.add_messages(session, [{"role": "user", "content": word}])
+    with pytest.raises(Stop):
+        await asyncio.to_thread(process.search.index.refresh, stop, full=False)
+    assert await paths(process.search, "gecko") == ["sessions/telegram:42.jsonl"]
+    assert await paths(process.search, "iguana") == ["sessions/discord:77.jsonl"]
+    for name, word in (("telegram:42", "axolotl"), ("discord:77", "narwhal")):
+        append_line(process.workspace / "sessions" / f"{name}.jsonl", word)
+    process.clock.now += FULL_SCAN_EVERY
+    with pytest.raises(Stop):
+        await asyncio.to_thread(process.search.index.refresh, stop)
+    assert await paths(process.search, "axolotl") == ["sessions/telegram:42.jsonl"]
+    assert await paths(process.search, "narwhal") == ["sessions/discord:77.jsonl"]
 
 
 async def test_a_turns_own_message_is_found_by_its_search(

@@ -160,7 +160,22 @@ class SearchIndex:
         # full rows only for changes.
         reopened = self._known_at is None or self._known_at[0] is not conn
         known = self._known_files(conn)
-        current, indexed = self._look(conn, known, full or reopened)
+        written = None if self.touched is None else self.touched.take(full or reopened)
+        try:
+            return self._update(conn, progress, known, written)
+        except BaseException:  # a refresh cut short (a stop, a database error): the next does it
+            if self.touched is not None:
+                self.touched.give_back(written)
+            raise
+
+    def _update(
+        self,
+        conn: sqlite3.Connection,
+        progress: Progress | None,
+        known: dict[str, tuple[int, int, int]],
+        written: set[Path] | None,
+    ) -> RefreshStats:
+        current, indexed = self._look(conn, known, written)
         changed = [
             (Source(path, absolute, kind), stat)
             for path, (absolute, kind, stat) in current.items()
@@ -191,13 +206,15 @@ class SearchIndex:
         return stats
 
     def _look(
-        self, conn: sqlite3.Connection, known: dict[str, tuple[int, int, int]], full: bool
+        self,
+        conn: sqlite3.Connection,
+        known: dict[str, tuple[int, int, int]],
+        written: set[Path] | None,
     ) -> tuple[dict[str, tuple[str, str, os.stat_result]], Iterable[str]]:
         """The files to compare with the index now, and the indexed paths they cover (one missing
-        from the files is gone): every file, or, told what this process writes and no full scan
-        due, those written since the last refresh and memory/'s (a handful, and the person may
-        edit them by hand), its indexed paths read through the path's index, not from every row."""
-        written = None if self.touched is None else self.touched.take(full)
+        from the files is gone): every file, or, given the files `written` since the last
+        refresh, those and memory/'s (a handful, and the person may edit them by hand), whose
+        indexed paths are read through the path's index, not from every row."""
         looked_at = None if written is None else _relative(self.workspace, written)
         if looked_at is None:
             return scan(self.workspace), known

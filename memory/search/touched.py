@@ -48,3 +48,11 @@ class TouchedFiles:
                 self._full_at = now
                 return None
             return paths
+
+    def give_back(self, taken: set[Path] | None) -> None:
+        """Return what a refresh cut short took: its paths, or (None) the full scan it began."""
+        with self._lock:
+            if taken is None:
+                self._full_at = None
+            else:
+                self._paths |= taken
