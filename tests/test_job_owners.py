@@ -3,11 +3,13 @@ it is paused, with nothing asked of the model and nothing sent."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from gateway.automation.jobs import JobStore, new_job
 from gateway.service.access import AccessInForce
 from tests.conftest import ManualClock, memgate, memgate_run, service_config, wait_for_log
-from tests.fakes.llm import FakeLLM, text, tool_call
+from tests.fakes.llm import FakeLLM, is_background, text, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.scheduling import START, TZ, gateway, settled, texts
 
@@ -29,6 +31,10 @@ pytestmark = [
 
 UTC = ZoneInfo("UTC")
 ENV = {"OPENAI_API_KEY": "sk-cli-test-key-123456"}
+
+
+def not_background(body: dict[str, Any]) -> bool:
+    return not is_background(body)
 
 
 def set_owners(access: AccessInForce, allow_from: list[str]) -> None:
@@ -73,6 +79,31 @@ async def test_a_job_whose_maker_left_allow_from_is_paused_and_asks_and_sends_no
     assert "PAUSED (made by telegram user 42, no longer an owner)" in out
     assert fake_llm.requests == []
     assert fake_telegram.sent(42) == []
+
+
+@pytest.mark.timeout(120)
+async def test_a_background_task_of_someone_taken_out_by_a_reload_stops(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """Owner 42 starts a background task under memgate run, then is removed from allow_from by a
+    SIGHUP while it works: the task stops at the reload and nothing of it reaches the chat."""
+    config = service_config(tmp_path, fake_llm, fake_telegram)
+    log = tmp_path / "run.log"
+    release = asyncio.Event()
+    fake_llm.push(
+        tool_call("spawn", {"task": "read my notes and sum them up"}), match=not_background
+    )
+    fake_llm.push(text("Started it."), match=not_background)
+    fake_llm.push(text("Your notes say: buy milk."), hold=release, match=is_background)
+    async with memgate_run(config, tmp_path) as (process, _):
+        fake_telegram.message("please go through my notes in the background")
+        await fake_telegram.wait_for(lambda: "Started it." in texts(fake_telegram))
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        config.write_text(config.read_text().replace('allow_from: ["42"]', 'allow_from: ["43"]'))
+        process.send_signal(signal.SIGHUP)
+        await wait_for_log(log, "background task stopped id=")
+        release.set()
+    assert not any("buy milk" in t for t in texts(fake_telegram))
 
 
 async def test_a_reminder_of_an_owner_by_name_pauses_when_removed_and_runs_when_back(

@@ -103,6 +103,36 @@ async def test_a_result_is_withheld_from_someone_no_longer_an_owner(
     assert not any(RESULT in str(m.get("content")) for m in lines)
 
 
+async def test_a_reload_stops_the_tasks_of_someone_no_longer_an_owner(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """What memgate run does at a SIGHUP: the tasks of a starter the new access no longer lists
+    stop at once (they work in the private scope) and are unlisted; nothing reaches their chat."""
+    owners = {"42"}
+    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden pages"}), match=_chat)
+    fake_llm.push(text("Started it."), match=_chat)
+    release = asyncio.Event()
+    fake_llm.push(text(RESULT), hold=release, match=is_background)
+
+    def is_owner(channel: str, sender_id: str, username: str | None) -> bool:
+        return sender_id in owners
+
+    async with gateway(tmp_path, fake_llm, fake_telegram, owners=is_owner) as runtime:
+        fake_telegram.message("please summarise my garden pages")
+        await fake_telegram.wait_for(lambda: "Started it." in _plain(fake_telegram))
+        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        assert _background(runtime).withdraw(is_owner) == 0  # still an owner: nothing stops
+        owners.clear()
+        assert _background(runtime).withdraw(is_owner) == 1
+        assert not _background(runtime).running()
+        state = runtime.config.state_dir
+        await _wait(runtime, lambda: describe_listed(state) == "subagents:  none running")
+        release.set()  # the model's answer now comes to a task that is no more
+        fake_telegram.message("hello")  # a later turn: the chat goes on, the result never comes
+        await fake_telegram.wait_for(lambda: "echo: hello" in _plain(fake_telegram))
+    assert not any(RESULT in t for t in _plain(fake_telegram))
+
+
 async def _wait(runtime: Runtime, check: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         await _background(runtime).wait_for(check)

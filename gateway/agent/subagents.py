@@ -211,6 +211,34 @@ class Subagents:
             await self._notify()
         return len(stopped)
 
+    def withdraw(self, owners: Owners) -> int:
+        """Stop and unlist the background agents whose starter `owners` no longer lists (a reload
+        took them out of allow_from): they work in the private scope, which is no longer theirs.
+        Their chats are not told. How many there were."""
+        gone = [
+            job
+            for job, _, _ in self._running.values()
+            if not owners(job.channel, job.sender_id, job.sender_username)
+        ]
+        for job in gone:
+            _, _, task = self._running.pop(job.id)
+            self._stopped.add(job.id)
+            task.cancel()
+            self._listed.pop(job.id, None)
+            log.warning(
+                "background task stopped id=%s channel=%s user=%s reason=no longer an owner",
+                job.id,
+                job.channel,
+                job.sender_id,
+            )
+        if gone and self._group is not None:
+            self._group.create_task(self._unlisted(), name="subagents-withdrawn")
+        return len(gone)
+
+    async def _unlisted(self) -> None:
+        await self._save()
+        await self._notify()
+
     def describe(self, parent: str) -> str:
         """`/tasks`: this chat's background agents running now."""
         jobs = self.running(parent)

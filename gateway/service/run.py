@@ -164,9 +164,13 @@ async def run_service(config: Config) -> int:
     serving: list[TelegramChannel | DiscordChannel | MatrixChannel | SlackChannel] = []
     access = AccessInForce(config)  # the channels' and the scheduler's, changed by a reload
 
+    reloaded: list[Callable[[], object]] = []  # what else a reload acts on, once it is built
+
     def on_reload() -> None:
         log.info("received SIGHUP; reloading access settings from %s", config.source)
         access.reload(serving)
+        for act in reloaded:
+            act()
 
     loop.add_signal_handler(signal.SIGHUP, on_reload)
     started = time.monotonic()
@@ -178,6 +182,9 @@ async def run_service(config: Config) -> int:
             # A SIGHUP during start-up already changed what is in force.
             channels = build_channels(access.config, runtime)
             serving.extend(channels)
+            if (background := runtime.agent.subagents) is not None:
+                # A background task of someone taken out of allow_from stops at the reload.
+                reloaded.append(lambda: background.withdraw(access.is_owner))
             names = ", ".join(channel.name for channel in channels)
             log.info("memgate started channels=%s workspace=%s", names, config.workspace)
 
