@@ -35,14 +35,17 @@ def write_config(tmp_path: Path, llm_url: str, web: dict[str, Any]) -> Path:
 async def test_doctor_asks_the_search_provider_and_status_names_it(
     tmp_path: Path, fake_llm: FakeLLM, fake_search: FakeSearch
 ) -> None:
-    """doctor: ✓ when the provider answers, ✗ naming the key when it refuses it; a fetch line."""
+    """doctor: ✓ when the provider answers, ✗ naming the key when it refuses it; a fetch line,
+    which only warns when fetch cannot reach out (no test reaches past loopback: where the
+    machine has no way out, as here, it is a !, and doctor still passes)."""
     search = {"provider": "brave", "api_key": "brave-key-0123456789", "base_url": ""}
     search["base_url"] = f"{fake_search.url}/res/v1"
     config = write_config(tmp_path, fake_llm.url, {"search": search})
-    _, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
+    code, out, err = await memgate("doctor", "--config", str(config), home=tmp_path)
     lines = {line.split(":")[0][2:]: line for line in out.splitlines()}
     assert lines["web search"] == "✓ web search: brave answered a query (1 result(s))", out + err
-    assert lines["web fetch"].startswith(("✓ web fetch: fetch reaches out", "✗ web fetch: fetch "))
+    assert lines["web fetch"].startswith(("✓ web fetch: fetch reaches out", "! web fetch: fetch "))
+    assert code == 0, out + err
     assert [r["query"]["q"] for r in fake_search.requests] == ["memgate"]
 
     fake_search.fail = "401"

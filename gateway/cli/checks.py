@@ -28,14 +28,22 @@ LOCK_TIMEOUT = 5.0  # a running service answers on its control socket at once, o
 
 @dataclass(frozen=True)
 class Check:
-    """One line of `memgate doctor`: ✓ or ✗, the check's name, and what it found or what to fix."""
+    """One line of `memgate doctor`: ✓ or ✗, the check's name, and what it found or what to fix.
+    A check that only `warns` shows ! when it fails and does not fail doctor: what it found
+    costs one optional tool, not the service (web_fetch on a server with no way out)."""
 
     name: str
     ok: bool
     detail: str
+    warns: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.ok or self.warns
 
     def line(self) -> str:
-        return f"{'✓' if self.ok else '✗'} {self.name}: {self.detail}"
+        mark = "✓" if self.ok else "!" if self.warns else "✗"
+        return f"{mark} {self.name}: {self.detail}"
 
 
 def local_checks(config: Config) -> list[Check]:

@@ -1,6 +1,7 @@
 """`memgate doctor`'s live checks of everything a first start depends on, one line each.
 
-Each check gives ✓ or ✗ and, when it fails, what to change. Unlike `memgate status` (offline and
+Each check gives ✓ or ✗ and, when it fails, what to change (! for a failure that costs one optional
+tool only, which does not fail doctor). Unlike `memgate status` (offline and
 fast), these calls reach the model, the embeddings endpoint, the chat platforms and the MCP
 servers (each started, asked for its tools and stopped). They run side by side, each within its
 own timeout, and each line is reported as its check completes: an endpoint that hangs holds up
@@ -74,7 +75,7 @@ async def run_checks(
     async def run(probe: Awaitable[Check]) -> None:
         nonlocal passed
         check = await probe
-        passed = passed and check.ok
+        passed = passed and check.passed
         report(check)
 
     async with asyncio.TaskGroup() as group:
@@ -143,7 +144,10 @@ async def check_web_fetch(config: Config) -> Check:
     """Whether web_fetch can reach out: a small public page read through its guard."""
 
     async def fetched() -> Check:
-        return Check("web fetch", *await probe_fetch(config))
+        ok, detail = await probe_fetch(config)
+        if not ok:  # memgate runs without it: web_fetch then answers the model with the same cause
+            detail += " (only web_fetch is affected)"
+        return Check("web fetch", ok, detail, warns=True)
 
     return await bounded("web fetch", WEB_FETCH_TIMEOUT, PROBE_URL, "", fetched())
 
