@@ -21,7 +21,8 @@ from pydantic import BaseModel
 
 from gateway.cli.main import EX_CONFIG
 from gateway.config.file import load_config
-from gateway.config.models import Config
+from gateway.config.models import CHAT_PLATFORMS, Config
+from gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -237,6 +238,28 @@ def test_example_config_loads_with_the_real_loader(tmp_path: Path) -> None:
     config = load_config(DEPLOY / "config.example.yaml", env=env)
     assert config.workspace == tmp_path / "workspace"
     assert config.llm.api_key == "sk-test"
+
+
+def test_example_config_needs_no_variable_of_a_disabled_platform(tmp_path: Path) -> None:
+    """With every chat platform disabled (as shipped), their tokens' variables may be unset: only
+    the model's key is needed, whatever platforms the example names."""
+    env = {"OPENAI_API_KEY": "sk-test", "MEMGATE_HOME": str(tmp_path)}
+    config = load_config(DEPLOY / "config.example.yaml", env=env)
+    assert not any(getattr(config.channels, name).enabled for name in CHAT_PLATFORMS)
+
+
+@pytest.mark.parametrize(
+    "home", ["telegram:42", "discord:99", "matrix:!room:example.org", "slack:C1"]
+)
+def test_the_heartbeat_home_may_be_any_chat_platform(tmp_path: Path, home: str) -> None:
+    """automation.home names a chat on any platform the config has a section for, and no other."""
+    env = {"OPENAI_API_KEY": "sk-test", "MEMGATE_HOME": str(tmp_path)}
+    path = tmp_path / "config.yaml"
+    path.write_text(f"automation:\n  home: '{home}'\n")
+    assert load_config(path, env=env).automation.home == home
+    path.write_text("automation:\n  home: 'irc:#memgate'\n")
+    with pytest.raises(ConfigError, match="the platform one of telegram, discord, matrix, slack"):
+        load_config(path, env=env)
 
 
 def test_example_config_sets_every_key() -> None:

@@ -16,6 +16,7 @@ from typing import Literal
 
 from channels.base import parse_command as parse_command  # re-exported: the agent's reading
 from gateway.bus import typed_command
+from gateway.config.models import CHAT_PLATFORMS
 
 # Where a command is offered: in /help, in Telegram's command menu.
 Scope = Literal["help", "menu"]
@@ -115,7 +116,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
         handler="channel",
         usage="CODE",
         # Answered in their DMs; the terminal has no one to let in.
-        offered_on=frozenset({"telegram", "discord", "slack", "matrix"}),
+        offered_on=frozenset(CHAT_PLATFORMS),
     ),
 )
 

@@ -10,7 +10,7 @@ from channels.pairing import PairingError, PairingStore
 from gateway.agent.subagents import describe_listed
 from gateway.automation.jobs import JobError, JobStore, format_time
 from gateway.config.fields import mask_url
-from gateway.config.models import ChatChannelConfig, Config
+from gateway.config.models import CHAT_PLATFORMS, ChatChannelConfig, Config
 from gateway.config.web import describe_web
 from gateway.skills.catalog import SkillCatalog
 from gateway.skills.prompt import skills_summary
@@ -57,7 +57,7 @@ def describe_access(config: Config) -> list[str]:
     except PairingError as exc:
         return [f"  access:   {exc}"]
     lines = []
-    for name in ("telegram", "discord", "matrix", "slack"):
+    for name in CHAT_PLATFORMS:
         section: ChatChannelConfig = getattr(config.channels, name)
         owners = [entry for entry in section.allow_from if entry.strip() != "*"]
         everyone = " + everyone as guests" if "*" in section.allow_from else ""

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.config.models import Config
+from gateway.config.models import CHAT_PLATFORMS, Config
 from gateway.config.problems import (
     SECRET_KEYS,
     LineOf,
@@ -123,7 +123,7 @@ def parse_config(
 
 def _in_disabled_channel(config: Config, key: str) -> bool:
     """Unset variables under a disabled channel or MCP server are harmless: never used."""
-    for name in ("telegram", "discord", "slack"):
+    for name in CHAT_PLATFORMS:
         if key.startswith(f"channels.{name}.") and not getattr(config.channels, name).enabled:
             return True
     for name, server in config.tools.mcp_servers.items():

@@ -256,6 +256,11 @@ class ChannelsConfig(_Section):
     """The Slack app, in Socket Mode (see README, "Slack")."""
 
 
+# Every chat platform, in the order status and the channels list them: a section above is the one
+# place a platform is named (each has a token, an allow-list and the pairing policies).
+CHAT_PLATFORMS: tuple[str, ...] = tuple(ChannelsConfig.model_fields)
+
+
 class HealthConfig(_Section):
     listen: str | None = None  # e.g. "127.0.0.1:8765"
     """host:port for /healthz and /metrics; null: no health endpoint."""
@@ -281,8 +286,9 @@ class AutomationConfig(_Section):
         if value is None:
             return None
         channel, sep, chat_id = value.partition(":")
-        if not sep or channel not in ("telegram", "discord") or not chat_id.strip():
-            raise ValueError("must be telegram:<chat id> or discord:<channel id>")
+        if not sep or channel not in CHAT_PLATFORMS or not chat_id.strip():
+            names = ", ".join(CHAT_PLATFORMS)
+            raise ValueError(f"must be <platform>:<chat id>, the platform one of {names}")
         return value
 
 

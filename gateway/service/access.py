@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 from channels.admission import AllowList
 from gateway.config.file import load_config
-from gateway.config.models import Config
+from gateway.config.models import CHAT_PLATFORMS, Config
 from gateway.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 ACCESS_KEYS = ("allow_from", "dm_policy", "group_policy")
-CHAT_CHANNELS = ("telegram", "discord", "matrix", "slack")  # the channels with an allow-list
+CHAT_CHANNELS = CHAT_PLATFORMS  # the channels with an allow-list
 
 
 class AccessControlled(Protocol):

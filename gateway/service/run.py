@@ -28,7 +28,7 @@ from gateway.agent.watchers import Activity
 from gateway.automation.heartbeat import Heartbeat
 from gateway.automation.scheduler import ChannelReady, Deliver, Owners
 from gateway.bus import OutboundMessage
-from gateway.config.models import Config
+from gateway.config.models import CHAT_PLATFORMS, ChatChannelConfig, Config
 from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.llm.on_demand import preload
 from gateway.service.access import AccessInForce
@@ -65,8 +65,8 @@ def build_channels(
     }
     telegram, discord = config.channels.telegram, config.channels.discord
     matrix, slack = config.channels.matrix, config.channels.slack
-    sections = (("telegram", telegram), ("discord", discord), ("matrix", matrix), ("slack", slack))
-    for name, section in sections:
+    for name in CHAT_PLATFORMS:
+        section: ChatChannelConfig = getattr(config.channels, name)
         if section.enabled and not section.allow_from and section.dm_policy == "pairing":
             log.warning(
                 "channels.%s.allow_from is empty: no owner can /pair; strangers get pairing "
