@@ -59,6 +59,7 @@ async def test_the_ratio_is_learnt_from_usage_and_kept_in_the_state_folder(
         for word in ("one", "two", "three"):
             reply = await runtime.agent.handle(inbound(word))
             assert reply is not None and not reply.failed
+            await runtime.agent.fitter.settle()  # learnt beside the reply, not before it
         base = runtime.config.llm.budget
         assert runtime.agent.budget.limit < base / 2
     model = _calibration(runtime.config.state_dir)["models"]["gpt-4o-mini"]

@@ -46,6 +46,9 @@ class ContextFitter:
         # llama-cpp-python server cuts a running stream when another request arrives.
         self._gate = gate
         self._probed = False  # the tokenizer endpoint is asked once a process, at most
+        # What the server's usage teaches is learnt beside the reply, not before it: the exact
+        # count it needs may build the tokenizer's vocabulary (a third of a second, once).
+        self._learning: set[asyncio.Task[None]] = set()
 
     async def call(
         self,
@@ -80,8 +83,15 @@ class ContextFitter:
                 raise
             watched = True
         if watched and isinstance(answer, ChatResponse) and answer.prompt_tokens:
-            await self._observe(request, tools, answer.prompt_tokens)
+            learning = asyncio.create_task(self._observe(request, tools, answer.prompt_tokens))
+            self._learning.add(learning)
+            learning.add_done_callback(self._learning.discard)
         return answer
+
+    async def settle(self) -> None:
+        """Wait until what the answers so far taught is learnt (and kept in the state folder)."""
+        while self._learning:
+            await asyncio.gather(*self._learning)
 
     def _watched(self, request: list[Message], tools: list[dict[str, Any]]) -> bool:
         """Whether the request could be over the server's context at the highest ratio."""
@@ -90,9 +100,13 @@ class ContextFitter:
     async def _observe(
         self, request: list[Message], tools: list[dict[str, Any]], reported: int
     ) -> None:
-        counted = await asyncio.to_thread(self.budget.size, request, tools)
-        if self.calibration.observe(counted, reported):
-            await asyncio.to_thread(self.calibration.save)
+        try:
+            counted = await asyncio.to_thread(self.budget.size, request, tools)
+            if self.calibration.observe(counted, reported):
+                await asyncio.to_thread(self.calibration.save)
+        except Exception as exc:  # a full disk: the ratio is learnt again from the next answers
+            log.warning("token calibration not kept error=%s", exc)
+            log.debug("token calibration failed", exc_info=True)
 
     async def _refused(
         self, request: list[Message], tools: list[dict[str, Any]], overflow: ContextOverflow

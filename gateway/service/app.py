@@ -287,6 +287,7 @@ async def _build_runtime(
             media=media,
             jobs_command=job_tools.command,
         )
+        stack.push_async_callback(agent.fitter.settle)  # what the last answers taught is kept
         if config.agent.subagents.enabled:  # `spawn`; its tasks run under `memgate run`
             turn = SubagentTurn(
                 provider=provider, sessions=sessions, tools=tools, context=agent.context,
