@@ -9,7 +9,6 @@ shows from the first turn after that; a turn whose tools ran makes the next one 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,7 +143,8 @@ class ContextBuilder:
         """
         key = self._fingerprint(self._sources(scope))  # today's note is a new file each day
         if self.budget is not None:  # the files' shares follow the limit the server taught
-            key = (*key, self.budget.limit, json.dumps(tools) if tools else "")
+            # The tools' size by its bound: measured once a schema list (registries keep theirs).
+            key = (*key, self.budget.limit, self.budget.counter.at_most_tools(tools or []))
         skills = None
         if self.skills is not None:
             skills = self.skills.fresh()
