@@ -89,9 +89,10 @@ class ContextFitter:
         return answer
 
     async def settle(self) -> None:
-        """Wait until what the answers so far taught is learnt (and kept in the state folder)."""
-        while self._learning:
-            await asyncio.gather(*self._learning)
+        """Wait until what the answers so far taught is learnt (and kept in the state folder);
+        answers that come meanwhile are not waited for, so a busy server cannot starve a caller."""
+        if self._learning:
+            await asyncio.gather(*list(self._learning))
 
     def _watched(self, request: list[Message], tools: list[dict[str, Any]]) -> bool:
         """Whether the request could be over the server's context at the highest ratio."""

@@ -288,6 +288,7 @@ async def _build_runtime(
             jobs_command=job_tools.command,
         )
         stack.push_async_callback(agent.fitter.settle)  # what the last answers taught is kept
+        consolidator.learnt = agent.fitter.settle  # a job sizes its calls with the ratio in force
         if config.agent.subagents.enabled:  # `spawn`; its tasks run under `memgate run`
             turn = SubagentTurn(
                 provider=provider, sessions=sessions, tools=tools, context=agent.context,

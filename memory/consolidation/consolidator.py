@@ -86,6 +86,10 @@ class Outcome:
     failed: bool = False
 
 
+async def _nothing() -> None:
+    return None
+
+
 class Consolidator:
     """Owns the consolidation queue and its workers; `run()` serves until cancelled."""
 
@@ -108,6 +112,8 @@ class Consolidator:
         self.sessions = sessions
         self.files = files
         self.counter = counter
+        # Until the token ratio the replies are teaching is learnt (the runtime sets it).
+        self.learnt: Callable[[], Awaitable[None]] = _nothing
         self.settings = settings
         self.budget = budget or PromptBudget(settings.budget, counter)
         # What a memory_update may bring in: no repeats, no forgotten lines (dedupe.py).
@@ -253,6 +259,9 @@ class Consolidator:
     # -- one job ---------------------------------------------------------------------------------------
     async def process(self, job: Job) -> bool:
         """Consolidate up to MAX_CHUNKS_PER_RUN chunks; True if more remains to do right away."""
+        # What the chat's last answers taught about the server's tokens is learnt first, so that
+        # the chunks are cut for the ratio their calls will be checked against.
+        await self.learnt()
         if job.archived is not None:
             session = await self.sessions.open_archived(job.archived)
         else:
