@@ -75,11 +75,13 @@ async def gateway(
                 await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_result_is_withheld_from_someone_no_longer_an_owner(
+@asynccontextmanager
+async def owners_task_held(
     tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
-) -> None:
-    """An owner starts a task, a reload takes them out of allow_from while it runs: its result
-    (words from the private scope) is neither sent to their chat nor stored in its history."""
+) -> AsyncIterator[tuple[Runtime, set[str], asyncio.Event, Owners]]:
+    """Owner 42's background task, its model call held until the event is set; the set is the
+    owners the gateway's access lists (empty it as a reload taking 42 out would), the function
+    what asks it."""
     owners = {"42"}
     release = asyncio.Event()
     fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden pages"}), match=_chat)
@@ -93,6 +95,16 @@ async def test_a_result_is_withheld_from_someone_no_longer_an_owner(
         fake_telegram.message("please summarise my garden pages")
         await fake_telegram.wait_for(lambda: "Started it." in _plain(fake_telegram))
         await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
+        yield runtime, owners, release, is_owner
+
+
+async def test_a_result_is_withheld_from_someone_no_longer_an_owner(
+    tmp_path: Path, fake_llm: FakeLLM, fake_telegram: FakeTelegram
+) -> None:
+    """An owner starts a task, a reload takes them out of allow_from while it runs: its result
+    (words from the private scope) is neither sent to their chat nor stored in its history."""
+    held = owners_task_held(tmp_path, fake_llm, fake_telegram)
+    async with held as (runtime, owners, release, _):
         owners.clear()  # as a SIGHUP with 42 taken out of allow_from leaves the access
         release.set()
         await _wait(runtime, lambda: _background(runtime).finished == 1)
@@ -108,23 +120,13 @@ async def test_a_reload_stops_the_tasks_of_someone_no_longer_an_owner(
 ) -> None:
     """What memgate run does at a SIGHUP: the tasks of a starter the new access no longer lists
     stop at once (they work in the private scope) and are unlisted; nothing reaches their chat."""
-    owners = {"42"}
-    fake_llm.push(tool_call("spawn", {"task": TASK, "label": "garden pages"}), match=_chat)
-    fake_llm.push(text("Started it."), match=_chat)
-    release = asyncio.Event()
-    fake_llm.push(text(RESULT), hold=release, match=is_background)
-
-    def is_owner(channel: str, sender_id: str, username: str | None) -> bool:
-        return sender_id in owners
-
-    async with gateway(tmp_path, fake_llm, fake_telegram, owners=is_owner) as runtime:
-        fake_telegram.message("please summarise my garden pages")
-        await fake_telegram.wait_for(lambda: "Started it." in _plain(fake_telegram))
-        await fake_llm.wait_for(lambda: any(is_background(r) for r in fake_llm.requests))
-        assert _background(runtime).withdraw(is_owner) == 0  # still an owner: nothing stops
+    held = owners_task_held(tmp_path, fake_llm, fake_telegram)
+    async with held as (runtime, owners, release, is_owner):
+        background = _background(runtime)
+        assert background.withdraw(is_owner) == 0  # still an owner: nothing stops
         owners.clear()
-        assert _background(runtime).withdraw(is_owner) == 1
-        assert not _background(runtime).running()
+        assert background.withdraw(is_owner) == 1
+        assert not background.running()
         state = runtime.config.state_dir
         await _wait(runtime, lambda: describe_listed(state) == "subagents:  none running")
         release.set()  # the model's answer now comes to a task that is no more
