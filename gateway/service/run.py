@@ -46,8 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MCP_HOLD = 10.0  # seconds MCP servers wait for the channels before they start anyway
-MCP_QUIET = 0.5  # seconds with no message being answered before MCP servers start
+# What no first answer needs (MCP servers, the search index's catch-up, the model's client)
+# waits for the channels at most SETTLE_HOLD seconds, and for SETTLE_QUIET seconds with no message
+# being answered where it would slow one.
+SETTLE_HOLD = 10.0
+SETTLE_QUIET = 0.5
 
 
 def build_channels(
@@ -258,13 +261,13 @@ def optional_states(runtime: Runtime) -> dict[str, Any]:
 
 
 async def settled(channels: Sequence[Channel], activity: Activity) -> None:
-    """Return once every channel is connected and no message has been answered for MCP_QUIET, or
-    after MCP_HOLD at most: when what no first answer needs may begin."""
+    """Return once every channel is connected and no message has been answered for SETTLE_QUIET, or
+    after SETTLE_HOLD at most: when what no first answer needs may begin."""
     with suppress(TimeoutError):
-        async with asyncio.timeout(MCP_HOLD):
+        async with asyncio.timeout(SETTLE_HOLD):
             for channel in channels:
                 await channel.ready.wait()
-            await activity.quiet_for(MCP_QUIET)
+            await activity.quiet_for(SETTLE_QUIET)
 
 
 async def release_mcp(mcp: McpServers, channels: Sequence[Channel], activity: Activity) -> None:
@@ -316,10 +319,10 @@ async def warm_search(
 
 async def load_client(channels: Sequence[Channel]) -> None:
     """Import the model's client (the openai SDK) once every channel is connected, or after
-    MCP_HOLD at most: `/healthz` says ready without it, and a message that comes meanwhile waits
+    SETTLE_HOLD at most: `/healthz` says ready without it, and a message that comes meanwhile waits
     for the same import."""
     with suppress(TimeoutError):
-        async with asyncio.timeout(MCP_HOLD):
+        async with asyncio.timeout(SETTLE_HOLD):
             for channel in channels:
                 await channel.ready.wait()
     await preload()

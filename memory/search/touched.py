@@ -26,9 +26,8 @@ class TouchedFiles:
     ) -> None:
         self.full_scan_every = full_scan_every
         self._clock = clock
-        self._lock = (
-            threading.Lock()
-        )  # the store adds from the event loop, a refresh takes in a worker
+        # The store adds from the event loop, a refresh takes in a worker thread.
+        self._lock = threading.Lock()
         self._paths: set[Path] = set()
         self._full_at: float | None = None
 
