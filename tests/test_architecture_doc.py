@@ -7,8 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-# A folder's heading: `### gateway/: ...` for a package, `**gateway/agent/**: ...` for a room.
-HEADING = re.compile(r"^(?:### |\*\*)((?:gateway|channels|memory)/(?:[a-z_]+/)?)")
+# A folder's heading: `### gateway/: ...` for a package, `**gateway/agent/**: ...` for a room
+# (`**gateway/tools/web/**: ...` for one inside a room).
+HEADING = re.compile(r"^(?:### |\*\*)((?:gateway|channels|memory)/(?:[a-z_]+/)*)")
 
 
 def listed() -> set[str]:

@@ -94,7 +94,7 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "ruamel": "gateway/config/file.py",
     "argcomplete": "gateway/cli/completion.py",
     "json_repair": "gateway/llm/arguments.py",
-    "trafilatura": "gateway/tools/web_extract.py",
+    "trafilatura": "gateway/tools/web/extract.py",
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.tools.web import probe_fetch
+from gateway.tools.web.tools import probe_fetch
 from memory.fileio import ensure_private_dir
 from tests.conftest import build_config, memgate
 from tests.fakes.llm import FakeLLM

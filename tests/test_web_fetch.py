@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tools.untrusted import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
+from gateway.tools.web.untrusted import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
 from tests.fakes.web import ARTICLE_TEXT, PDF_TEXT, FakeSite

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tools.web_guard import Address, address_rule
+from gateway.tools.web.guard import Address, address_rule
 from tests.fakes.web import ARTICLE_TEXT, FakeSite, MappedResolver, start_fake_site
 from tests.web_helpers import call, web_registry
 

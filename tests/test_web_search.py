@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.tools.untrusted import UNTRUSTED_OPEN
+from gateway.tools.web.untrusted import UNTRUSTED_OPEN
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call, tool_results
 from tests.fakes.web import ARTICLE_TEXT, RESULTS, FakeSearch, FakeSite

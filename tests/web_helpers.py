@@ -9,8 +9,8 @@ from typing import Any
 
 from gateway.media.documents import pdf_bytes_text
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.web import web_tools
-from gateway.tools.web_guard import Resolver
+from gateway.tools.web.guard import Resolver
+from gateway.tools.web.tools import web_tools
 from tests.conftest import build_config
 
 UNUSED_LLM = "http://127.0.0.1:9/v1"  # these tests call the tools, never the model

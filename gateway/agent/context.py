@@ -20,7 +20,7 @@ from gateway.bus import InboundMessage
 from gateway.skills.catalog import SkillCatalog, Skills
 from gateway.skills.prompt import skills_section
 from gateway.tools.scope import GROUP, Scope
-from gateway.tools.untrusted import UNTRUSTED_PROMPT
+from gateway.tools.web.untrusted import UNTRUSTED_PROMPT
 from memory.budget import Part, PromptBudget
 from memory.files import MemoryFiles
 from memory.search.tools import SEARCH_PROMPT

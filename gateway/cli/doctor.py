@@ -33,8 +33,8 @@ from gateway.llm.clients import OpenAIEmbedder
 from gateway.llm.provider import OpenAIProvider
 from gateway.llm.server_info import PROFILE_TIMEOUT, ServerProfile, concurrency, read_profile
 from gateway.llm.types import ChatResponse, ToolSupport, endpoint_of
-from gateway.tools.web import PROBE_URL, probe_fetch, probe_search
-from gateway.tools.web import configured as web_configured
+from gateway.tools.web.tools import PROBE_URL, probe_fetch, probe_search
+from gateway.tools.web.tools import configured as web_configured
 from memory.errors import EmbeddingError
 
 CHANNEL_TIMEOUT = 10.0  # two small REST calls: getMe and the webhook; a login and the app's flags

@@ -44,7 +44,7 @@ from gateway.tools.mcp_demand import OnDemandServers
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
 from gateway.tools.toolbox import ToolBox
-from gateway.tools.web import web_tools
+from gateway.tools.web.tools import web_tools
 from memory.budget import PromptBudget
 from memory.calibration import TokenCalibration
 from memory.consolidation.compact import MemoryCompactor

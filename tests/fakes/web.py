@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.tools.untrusted import UNTRUSTED_CLOSE
-from gateway.tools.web_guard import Address
+from gateway.tools.web.guard import Address
+from gateway.tools.web.untrusted import UNTRUSTED_CLOSE
 from tests.samples import pdf
 
 ARTICLE_TEXT = "The lighthouse keeper counted the ships that passed the northern cape"

@@ -9,10 +9,10 @@ import logging
 from gateway.config.fields import parse_listen
 from gateway.config.models import Config
 from gateway.tools.registry import Tool, ToolError
-from gateway.tools.web_extract import PdfText
-from gateway.tools.web_fetch import FetchTool, WebFetcher
-from gateway.tools.web_guard import RefusedError, Resolver, SystemResolver, WebGuard
-from gateway.tools.web_search import SearchTool, search
+from gateway.tools.web.extract import PdfText
+from gateway.tools.web.fetch import FetchTool, WebFetcher
+from gateway.tools.web.guard import RefusedError, Resolver, SystemResolver, WebGuard
+from gateway.tools.web.search import SearchTool, search
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The `web_fetch` tool: one URL read through the guard, its readable text for the model.
 
 Redirects are followed here, not by aiohttp, so each hop is checked again (at most
-MAX_REDIRECTS); every connection goes to the address the guard checked (web_guard's
+MAX_REDIRECTS); every connection goes to the address the guard checked (guard.py's
 PinnedResolver). A response is read up to `tools.web.max_bytes` and for `tools.web.timeout`
 seconds in all: past either, what arrived is used, with a note saying it was cut. Recent pages
 are kept for `cache_minutes`, so a turn's retries cost nothing.
@@ -21,9 +21,9 @@ from yarl import URL
 
 from gateway.config.web import WebConfig
 from gateway.tools.registry import Tool, ToolError
-from gateway.tools.untrusted import wrap_untrusted
-from gateway.tools.web_extract import Extract, ExtractError, PdfText, extract
-from gateway.tools.web_guard import PinnedResolver, RefusedError, WebGuard, log_refusal
+from gateway.tools.web.extract import Extract, ExtractError, PdfText, extract
+from gateway.tools.web.guard import PinnedResolver, RefusedError, WebGuard, log_refusal
+from gateway.tools.web.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import aiohttp
 
 from gateway.config.web import WebSearchConfig
 from gateway.tools.registry import Tool, ToolError
-from gateway.tools.untrusted import wrap_untrusted
+from gateway.tools.web.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 
