@@ -14,11 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import (
-    NoSuchElementException,
-    StaleElementReferenceException,
-    TimeoutException,
-)
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -62,26 +58,30 @@ class Browser:
 
     async def wait_text(self, needle: str) -> str:
         """The page's text once it shows `needle` (after a click's navigation)."""
+        failures: list[WebDriverException] = []
 
         def body(driver: Any) -> str:
             return str(driver.find_element(By.TAG_NAME, "body").text)
 
         def found(driver: Any) -> str:
-            text = body(driver)
+            # While a click's navigation replaces the document, a read of the old one fails in
+            # more ways than one (a stale element, "node does not belong to the document", a
+            # script unloaded mid-run): each is a read to try again, kept for the message.
+            try:
+                text = body(driver)
+            except WebDriverException as error:
+                failures.append(error)
+                return ""
             return text if needle in text else ""
 
         def shown() -> str:
-            # The body read while a click's navigation replaces it is stale: read it again.
-            waiting = WebDriverWait(
-                self.driver,
-                WAIT,
-                ignored_exceptions=(StaleElementReferenceException, NoSuchElementException),
-            )
             try:
-                return str(waiting.until(found))
+                return str(WebDriverWait(self.driver, WAIT).until(found))
             except TimeoutException:
+                last = f" (last read failed: {failures[-1].msg})" if failures else ""
                 raise AssertionError(
-                    f"{needle!r} not shown at {self.driver.current_url}:\n{body(self.driver)[:2000]}"
+                    f"{needle!r} not shown at {self.driver.current_url}{last}:\n"
+                    f"{body(self.driver)[:2000]}"
                 ) from None
 
         return await self.run(shown)
