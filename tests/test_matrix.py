@@ -4,6 +4,7 @@ clients for the owner and a stranger, the fake LLM behind the agent."""
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,16 +12,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nio
 import pytest
 
 from channels.matrix.channel import ENCRYPTED_NOTICE, MatrixChannel
 from channels.pairing import PairingStore
-from gateway.bus import Button, Handler, InboundMessage, OutboundMessage, ReplyStream
+from gateway.bus import (
+    Button,
+    Handler,
+    InboundMessage,
+    OutboundMessage,
+    ReplyStream,
+    media_folder,
+)
 from gateway.config.models import MatrixConfig
 from gateway.service.app import Runtime
 from gateway.service.run import chat_sender
 from tests.conftest import RuntimeFactory
-from tests.fakes.llm import FakeLLM, streamed, text, tool_call, tool_results
+from tests.fakes.llm import (
+    FakeLLM,
+    image_parts,
+    last_user_text,
+    streamed,
+    text,
+    tool_call,
+    tool_results,
+)
+from tests.samples import jpeg, pdf
 from tests.sandboxing import needs_bwrap, prepare_workspace
 from tests.synapse import Account, Person, Synapse, joined, person, room_with
 
@@ -53,7 +71,11 @@ class World:
 
 @asynccontextmanager
 async def matrix_bot(
-    synapse: Synapse, runtime: Runtime, handler: Handler | None = None, **settings: Any
+    synapse: Synapse,
+    runtime: Runtime,
+    handler: Handler | None = None,
+    max_media_bytes: int = 25 * 1024 * 1024,
+    **settings: Any,
 ) -> AsyncIterator[World]:
     """The bot's account, an owner and a stranger, and the channel serving until the block ends
     (its messages handed to `handler`, else to the runtime's agent)."""
@@ -75,6 +97,7 @@ async def matrix_bot(
         state_dir=state_dir,
         pairing=PairingStore(state_dir),
         shutdown_grace=2,
+        max_media_bytes=max_media_bytes,
     )
     owner = await person(synapse, owner_account)
     stranger = await person(synapse, synapse.register("stranger"))
@@ -222,6 +245,59 @@ async def test_a_long_answer_is_streamed_by_edits_and_ends_as_written(
     final = edits[-1]["content"]["m.new_content"]
     assert final["body"] == answer
     assert "<strong>the end</strong>" in final["formatted_body"]
+
+
+async def upload(who: Person, data: bytes, content_type: str, filename: str) -> str:
+    """The mxc:// URL of a file `who` puts in the homeserver's media repository."""
+    response, _ = await who.client.upload(
+        io.BytesIO(data), content_type, filename, filesize=len(data)
+    )
+    assert isinstance(response, nio.UploadResponse), response
+    return str(response.content_uri)
+
+
+async def test_an_image_and_a_pdf_reach_the_model_through_the_media_reader(
+    synapse: Synapse, make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """A captioned m.image is downloaded from the homeserver into the room's media folder and
+    given to the model as one image part; an m.file PDF reaches it as its text, named."""
+    pages = ["Chapter 1. The tide tables for Porto.", "Chapter 2. Where the boats moor."]
+    async with make_runtime() as runtime, matrix_bot(synapse, runtime, streaming="off") as world:
+        room = await world.dm()
+        photo = jpeg(800, 600)
+        url = await upload(world.owner, photo, "image/jpeg", "cat.jpg")
+        await world.owner.send(
+            room, "is this my cat?", msgtype="m.image", url=url, filename="cat.jpg"
+        )
+        await world.answered(room)
+        url = await upload(world.owner, pdf(pages), "application/pdf", "tides.pdf")
+        await world.owner.send(room, "tides.pdf", msgtype="m.file", url=url)
+        await world.answered(room, 2)
+        [kept_photo, _, kept_pdf, _] = (await runtime.sessions.get(f"matrix:{room}")).messages
+    folder = media_folder("matrix", room) + "/"
+    first, second = fake_llm.chat_requests()
+    assert len(image_parts(first)) == 1
+    caption, _, named = str(kept_photo["content"]).partition("\n")
+    assert caption == "is this my cat?" and named.startswith(f"[image: {folder}")
+    saved = named.removeprefix("[image: ").removesuffix("]")
+    assert saved.endswith("-cat.jpg")
+    assert (runtime.config.workspace / saved).read_bytes() == photo
+    asked = last_user_text(second)
+    assert "Chapter 1. The tide tables for Porto." in asked and "Chapter 2." in asked
+    assert str(kept_pdf["content"]).startswith(f"[file: {folder}")
+
+
+async def test_a_file_over_the_size_cap_is_named_not_downloaded(
+    synapse: Synapse, runtime: Runtime, fake_llm: FakeLLM
+) -> None:
+    """A file bigger than the cap is not saved; the model is told it was sent and not read."""
+    async with matrix_bot(synapse, runtime, max_media_bytes=1024, streaming="off") as world:
+        room = await world.dm()
+        url = await upload(world.owner, b"x" * 4096, "text/plain", "big.txt")
+        await world.owner.send(room, "big.txt", msgtype="m.file", url=url)
+        await world.answered(room)
+    assert last_user_text(fake_llm.chat_requests()[0]).endswith("[file: big.txt (not downloaded)]")
+    assert not (runtime.config.workspace / "media" / "matrix").exists()
 
 
 async def test_an_encrypted_room_is_told_once_that_the_bot_cannot_read_it(
