@@ -10,6 +10,7 @@ import pytest
 
 import channels.inbox
 from channels.inbox import Inbox
+from channels.seen import Seen
 from gateway.service.app import Runtime
 from tests.conftest import telegram_inbox_pending
 from tests.fakes.telegram_api import WAIT, FakeTelegram
@@ -214,3 +215,18 @@ async def test_a_command_is_done_in_the_journal_before_its_reply_is_out(
         fake_telegram.message("hello again")
         await fake_telegram.wait_for(lambda: len(fake_telegram.sent(42)) == 1)
     assert [p["text"] for p in fake_telegram.sent(42)] == ["echo: hello again"]
+
+
+def test_seen_ids_are_bounded_and_forget_the_oldest_first() -> None:
+    """A long run's memory of ids stays at its size: the oldest id goes first, one seen again
+    counts as recent, and check() names a repeat by any of its keys."""
+    seen = Seen(["a", "b"], size=3)
+    seen.add("c")
+    assert seen.check("a")  # seen: now the most recent
+    seen.add("d")  # forgets b, the oldest
+    assert "b" not in seen and all(key in seen for key in "acd") and len(seen) == 3
+    assert not seen.check("e", "")  # new; the empty key is left out
+    assert seen.check("x", "e") and "" not in seen
+    for n in range(1000):
+        seen.add(f"id{n}")
+    assert len(seen) == 3 and "id999" in seen and "e" not in seen

@@ -41,6 +41,7 @@ from channels.matrix.media import download, keep_typing
 from channels.matrix.state import SyncPosition, file_stem
 from channels.pairing import PairingStore
 from channels.reception import Reception
+from channels.seen import Seen
 from channels.tasks import MessageTasks
 from gateway.bus import Handler, InboundMessage, OutboundMessage
 from gateway.config.models import MatrixConfig
@@ -48,6 +49,8 @@ from gateway.config.models import MatrixConfig
 log = logging.getLogger(__name__)
 
 _SYNC_BACKOFF = (1.0, 60.0)  # first and largest delay between failed /syncs
+# The bot's posts it remembers: a reply to an older one must mention it to address it.
+POSTS_KEPT = 10_000
 ENCRYPTED_NOTICE = (
     "This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in an "
     "unencrypted room or DM."
@@ -86,10 +89,12 @@ class MatrixChannel:
         self._up = asyncio.Event()
         self._tasks = MessageTasks(self.name)
         self._inbox: Inbox | None = None
-        self._journaled: set[str] = set()  # event ids the inbox holds unfinished
+        # Event ids journaled lately (at the start: those the inbox holds unfinished), which a
+        # /sync from a token saved before them could bring again.
+        self._journaled = Seen()
         self._sequence = Sequence()
         self._position: SyncPosition | None = None
-        self._mine: set[str] = set()  # event ids the bot sent in this run (replies address it)
+        self._mine = Seen(size=POSTS_KEPT)  # event ids the bot sent (replies address it)
         self._my_name = ""
 
     def __repr__(self) -> str:  # never risk the token in a log line
@@ -397,7 +402,7 @@ class MatrixChannel:
             self._state_dir / f"{stem}-inbox.jsonl", id_field=ID_FIELD, label=self.name
         )
         pending = self._inbox.open_or_log()
-        self._journaled = {str(record.get("event_id")) for record in pending}
+        self._journaled = Seen(str(record.get("event_id")) for record in pending)
         floor = max((int(record[ID_FIELD]) for record in pending), default=0)
         self._sequence = Sequence(floor)
         if pending:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ class Message:
 
 
 def read_message(
-    room_id: str, source: dict[str, Any], me: str, my_name: str, mine: set[str]
+    room_id: str, source: dict[str, Any], me: str, my_name: str, mine: Container[str]
 ) -> Message | None:
     """The message in an event's JSON, or None for anything the agent does not read (an edit,
     a notice, a state event, a redaction). `mine`: ids of events the bot sent (replies to them

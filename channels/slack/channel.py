@@ -31,6 +31,7 @@ from channels.inbox import Inbox, Json, Send, settle
 from channels.live import LiveReply, Pacer
 from channels.pairing import PairingStore
 from channels.reception import Reception
+from channels.seen import Seen
 from channels.slack import events
 from channels.slack.connect import (
     NETWORK_ERRORS,
@@ -51,6 +52,8 @@ from gateway.config.slack import SlackConfig
 log = logging.getLogger(__name__)
 
 _LOGIN_TIMEOUT = 30.0
+# Threads the bot answered in that it remembers: a reply in an older one must mention it.
+THREADS_KEPT = 10_000
 
 
 class SlackChannel:
@@ -89,9 +92,9 @@ class SlackChannel:
         self._shutdown_grace = shutdown_grace
         self._pacer = Pacer(EDIT_EVERY)
         self._tasks = MessageTasks(self.name)
-        self._seen = events.Seen()
+        self._seen = Seen()  # event ids and messages taken: Slack retries late acknowledgements
         self._sequence = events.Sequence()
-        self._threads: set[str] = set()  # threads the bot answered in: a reply there addresses it
+        self._threads = Seen(size=THREADS_KEPT)  # threads the bot answered in: a reply addresses it
         self._names: dict[str, str] = {}
         self._up = asyncio.Event()
         self._started = False

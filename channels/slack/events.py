@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,27 +123,6 @@ class Sequence:
     def next(self) -> int:
         self._last = max(time.time_ns() // 1000, self._last + 1)
         return self._last
-
-
-class Seen:
-    """Events already taken, by event_id and by message: Slack sends an event again when its
-    acknowledgement was late or lost, and one message may come as two events (`message` and
-    `app_mention`). Bounded: retries come within minutes, long before it forgets."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._keys: OrderedDict[str, None] = OrderedDict()
-        self._size = size
-
-    def check(self, *keys: str) -> bool:
-        """True when any of `keys` was seen; all of them are remembered from now on."""
-        keys = tuple(key for key in keys if key)  # an event without an id is its message alone
-        seen = any(key in self._keys for key in keys)
-        for key in keys:
-            self._keys[key] = None
-            self._keys.move_to_end(key)
-        while len(self._keys) > self._size:
-            self._keys.popitem(last=False)
-        return seen
 
 
 def message_key(channel: str, ts: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from channels.matrix.state import file_stem
 from tests.fakes.llm import FakeLLM, last_user_text, text
 from tests.resilience.conftest import GatewayFactory
 from tests.resilience.harness import Gateway, read_sessions
@@ -52,11 +53,16 @@ def answers(owner: Person, room: str, bot: str, body: str) -> int:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("token", ["saved", "not saved"])
 async def test_a_message_received_before_a_kill_is_answered_once_after_the_restart(
-    make_gateway: GatewayFactory, fake_llm: FakeLLM, synapse: Synapse, tmp_path: Path
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, synapse: Synapse, tmp_path: Path, token: str
 ) -> None:
     """SIGKILLed while the model is still writing the answer to a DM, the restarted service answers
-    it once (from its inbox, not from a sync replayed twice), and a later DM is answered as ever."""
+    it once (from its inbox, not from a sync replayed twice), and a later DM is answered as ever.
+
+    "not saved": the kill came after the inbox took the message and before the since-token of
+    its /sync was saved (the files are put back as such a kill leaves them): the restart's /sync
+    brings the message again, and the inbox's copy is the one answered."""
     bot, owner_account = synapse.register("bot"), synapse.register("owner")
     root = tmp_path / "gateway"
     gateway = make_gateway(
@@ -69,6 +75,8 @@ async def test_a_message_received_before_a_kill_is_answered_once_after_the_resta
         await start_on_matrix(gateway)
         room = await room_with(owner, bot=bot.user_id, direct=True)
         await joined(owner, room, bot.user_id)
+        position = gateway.state_dir / f"{file_stem(bot.user_id)}-sync.json"
+        before = position.read_bytes()  # a token from before the question
         release = asyncio.Event()
 
         def asked(body: dict[str, Any]) -> bool:
@@ -79,6 +87,9 @@ async def test_a_message_received_before_a_kill_is_answered_once_after_the_resta
         await fake_llm.wait_for(lambda: any(asked(b) for b in fake_llm.chat_requests()), 30)
         await gateway.kill()
         release.set()
+        if token == "not saved":
+            assert position.read_bytes() != before
+            position.write_bytes(before)
         fake_llm.push(text("the answer after the restart"), match=asked)
         await start_on_matrix(gateway)
         await owner.wait_for(
