@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from channels.errors import AccessError as AccessError  # importable from here too
+from channels.seen import Seen
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class Gate:
     ) -> None:
         """`approvals(channel, sender_id)` says whether pairing let a sender in; None: no pairing."""
         self._approvals = approvals
-        self._refused: set[str] = set()
+        self._refused = Seen()  # senders logged as refused: each is logged once, not per message
         pairing = approvals is not None
         self.rules = Rules.build(channel, allow_from, dm_policy, group_policy, pairing=pairing)
 
@@ -239,8 +240,7 @@ class Gate:
                 request.sender_id,
                 channel,
             )
-        if decision.verdict is Verdict.REFUSE and request.sender_id not in self._refused:
-            self._refused.add(request.sender_id)
+        if decision.verdict is Verdict.REFUSE and not self._refused.check(request.sender_id):
             log.warning(
                 "refused sender channel=%s sender_id=%s username=%s "
                 "(add the id to channels.%s.allow_from to let them in)",
