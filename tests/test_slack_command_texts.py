@@ -8,12 +8,15 @@ import asyncio
 import contextvars
 import re
 from pathlib import Path
+from typing import Any
 
 from channels.pairing import PairingStore
 from gateway.bus import InboundMessage, typed_command
+from gateway.service.run import chat_ready, chat_sender
 from gateway.tools.approvals import Approvals, Decision
 from gateway.tools.registry import turn_stream
 from tests.conftest import RuntimeFactory
+from tests.fakes.llm import FakeLLM, is_background, is_consolidation, text, tool_call, tool_results
 from tests.fakes.slack_api import (
     ALICE,
     DM,
@@ -34,6 +37,11 @@ NAMED = re.compile(r"(?:^|\s)(/[a-z]+)", re.MULTILINE)
 def named(text: str) -> set[str]:
     """The commands `text` names, by their first word (`/memgate`, `/new`)."""
     return set(NAMED.findall(text))
+
+
+def chat(body: dict[str, Any]) -> bool:
+    """The chat's own model calls (not a background agent's, not consolidation's)."""
+    return not is_background(body) and not is_consolidation(body)
 
 
 async def answer(fake: FakeSlack, channel: str, user: str, words: str) -> str:
@@ -167,3 +175,38 @@ def test_a_command_is_typed_as_it_stands_off_slack() -> None:
     assert typed_command("slack", "/approve 3f2a") == "/memgate approve 3f2a"
     for channel in ("telegram", "discord", "matrix", "terminal"):
         assert typed_command(channel, "/approve 3f2a") == "/approve 3f2a"
+
+
+async def test_a_background_tasks_start_and_listing_name_the_slack_commands(
+    make_runtime: RuntimeFactory, fake_llm: FakeLLM
+) -> None:
+    """spawn's answer, which the model passes on, names `/memgate tasks` and `/memgate stop` on
+    Slack; `/memgate tasks` lists the task and `/memgate stop` stops it."""
+    fake_llm.push(tool_call("spawn", {"task": "summarise my notes", "label": "notes"}), match=chat)
+    fake_llm.push(text("Started it."), match=chat)
+    held = asyncio.Event()  # the background agent's call, until the end
+    fake_llm.push(text("never sent"), hold=held, match=is_background)
+    async with make_runtime() as runtime, fake_slack() as fake:
+        background = runtime.agent.subagents
+        assert background is not None
+        async with serving(fake, runtime.agent.handle, runtime.config.workspace) as channel:
+            work = asyncio.create_task(
+                background.run(
+                    runtime.agent.job_message, chat_sender([channel]), chat_ready([channel])
+                )
+            )
+            try:
+                await fake.say(DM, ALICE, "summarise my notes in the background")
+                await fake.wait_for(lambda: "Started it." in fake.texts(DM))
+                listing = await answer(fake, DM, ALICE, "tasks")
+                stopped = await answer(fake, DM, ALICE, "stop")
+            finally:
+                held.set()
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+    [result] = [r for r in fake_llm.chat_requests() if tool_results(r)]
+    [started] = tool_results(result)
+    assert started.startswith("Started background task ")
+    assert started.endswith("/memgate tasks lists it and /memgate stop stops it.")
+    assert listing.startswith("Background tasks:\n") and "notes (running" in listing
+    assert stopped == "Stopped 1 background task."
