@@ -3,6 +3,7 @@ Host, 403 for a POST without its CSRF token, and the security headers on every a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -136,14 +137,22 @@ def test_the_token_is_private_and_made_once(tmp_path: Path) -> None:
 
 
 async def test_memgate_console_names_the_missing_key(tmp_path: Path) -> None:
-    """Without console.listen, `memgate console` exits 78 naming the key; with it, a URL."""
+    """Without console.listen, `memgate console` exits 78 naming the key; with it, a URL, and a
+    warning while nothing serves the console there."""
     config = tmp_path / "config.yaml"
     config.write_text(f"workspace: {tmp_path / 'workspace'}\nstate_dir: {tmp_path / 'state'}\n")
     status, out, err = await memgate("console", "--config", str(config), home=tmp_path)
     assert status == 78 and "console.listen is not set" in err and out == ""
+    port = listen_port()
     with config.open("a") as more:
-        more.write("console:\n  listen: 0.0.0.0:8766\n")
+        more.write(f"console:\n  listen: 0.0.0.0:{port}\n")
     status, out, err = await memgate("console", "--config", str(config), home=tmp_path)
     assert status == 0, err
-    assert out.startswith("http://127.0.0.1:8766/login?ticket=") and "ssh -L 8766:" in err
+    assert out.startswith(f"http://127.0.0.1:{port}/login?ticket=") and f"ssh -L {port}:" in err
+    assert f"Nothing answers at 127.0.0.1:{port} now: start memgate run" in err
     assert (tmp_path / "state" / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port)
+    async with server:
+        status, out, err = await memgate("console", "--config", str(config), home=tmp_path)
+    assert status == 0 and out.startswith(f"http://127.0.0.1:{port}/login?ticket=")
+    assert "Nothing answers" not in err

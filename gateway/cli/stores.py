@@ -249,8 +249,25 @@ def cmd_console(config: Config, args: argparse.Namespace) -> int:
         f"machine: ssh -L {port}:{shown}:{port} THIS_HOST, then open the URL there.",
         file=sys.stderr,
     )
+    if not _answers(host, port):
+        print(
+            f"Nothing answers at {shown}:{port} now: start memgate run (or restart it if "
+            "console.listen was set since it started); the URL works once it serves the console.",
+            file=sys.stderr,
+        )
     if args.open:
         import webbrowser
 
         webbrowser.open(url)
     return 0
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts a connection at host:port within a second."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
