@@ -4,12 +4,19 @@ Host, 403 for a POST without its CSRF token, and the security headers on every a
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gateway.console.keys import TOKEN_FILE, Tickets, console_secret, login_ticket
+from gateway.console.keys import (
+    TOKEN_FILE,
+    USED_FILE,
+    Tickets,
+    console_secret,
+    login_ticket,
+)
 from gateway.service.app import Runtime
 from tests.conftest import RuntimeFactory, listen_port, memgate
 from tests.console_client import client, login_url, serving
@@ -62,7 +69,8 @@ async def test_without_a_session_every_page_and_action_is_401(console_runtime: R
 
 
 async def test_the_printed_url_logs_in_once(console_runtime: Runtime) -> None:
-    """A ticket sets the session cookie once; the same URL again is refused."""
+    """A ticket sets the session cookie once; the same URL again is refused, also after the
+    console is served again."""
     url = login_url(console_runtime.config)
     async with serving(console_runtime) as base, client(base) as browser:
         assert await browser.login(url) == 303
@@ -71,6 +79,10 @@ async def test_the_printed_url_logs_in_once(console_runtime: Runtime) -> None:
         async with client(base) as other:
             assert await other.login(url) == 401
             assert (await other.get("/memory"))[0] == 401
+    # The console served again (a restart of memgate run): the ticket stays used.
+    async with serving(console_runtime) as base, client(base) as again:
+        assert await again.login(url) == 401
+        assert await again.login(login_url(console_runtime.config)) == 303
 
 
 async def test_a_post_without_its_csrf_token_is_refused(console_runtime: Runtime) -> None:
@@ -134,6 +146,25 @@ def test_the_token_is_private_and_made_once(tmp_path: Path) -> None:
     ticket = login_ticket(secret, now=1000.0)
     assert not tickets.take(ticket, now=2000.0)  # expired after ten minutes
     assert tickets.take(login_ticket(secret))
+
+
+def test_taken_tickets_are_kept_until_they_expire(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tickets taken are kept on disk until they expire; a file cut by a crash or edited
+    by hand is logged and taken as none, and the next login writes it whole again."""
+    secret = console_secret(tmp_path)
+    used = tmp_path / USED_FILE
+    old = login_ticket(secret, now=1000.0)
+    assert Tickets(secret, used).take(old, now=1100.0)
+    assert not Tickets(secret, used).take(old, now=1200.0)  # a restart: still used
+    fresh = login_ticket(secret, now=5000.0)
+    assert Tickets(secret, used).take(fresh, now=5000.0)
+    assert list(json.loads(used.read_text())) == [fresh.split(".")[0]]  # the expired forgotten
+    used.write_text('{"cut')
+    tickets = Tickets(secret, used)
+    assert "console used-ticket file unreadable" in caplog.text
+    assert tickets.take(login_ticket(secret)) and len(json.loads(used.read_text())) == 1
 
 
 async def test_memgate_console_names_the_missing_key(tmp_path: Path) -> None:

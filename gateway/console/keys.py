@@ -3,21 +3,27 @@
 The secret is a random token in the state folder (0600), made by whichever of `memgate run` and
 `memgate console` comes first. `memgate console` signs a short-lived ticket with it for the login
 URL it prints; the server takes each ticket once and answers with a signed session cookie. Nothing
-here is stored server-side but the tickets already used, so a restart keeps sessions valid and
-deleting the file logs every browser out.
+is stored server-side but the tickets already taken (`console-tickets.json` until they expire, so
+a restart does not make one good again): a restart keeps sessions valid, and deleting the token
+file logs every browser out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import logging
 import secrets
 import time
 from pathlib import Path
 
-from memory.fileio import create_exclusive, ensure_private_dir
+from memory.fileio import atomic_write, create_exclusive, ensure_private_dir
+
+log = logging.getLogger(__name__)
 
 TOKEN_FILE = "console-token"  # its name in the state folder
+USED_FILE = "console-tickets.json"  # the login tickets taken, until they expire
 TICKET_LIFE = 600.0  # seconds a printed login URL stays good (and usable once)
 SESSION_LIFE = 7 * 86400.0  # seconds a browser stays logged in
 
@@ -58,9 +64,14 @@ def login_ticket(secret: bytes, now: float | None = None) -> str:
 class Tickets:
     """The server's side of login tickets: each good one is taken once."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, used_file: Path | None = None) -> None:
+        """`used_file`: where the tickets taken are kept until they expire, so that a restart
+        of the server does not make a used login URL good again."""
         self.secret = secret
+        self._file = used_file
         self._used: dict[str, float] = {}  # nonce -> its expiry, forgotten once past it
+        if used_file is not None:
+            self._used = _load_used(used_file)
 
     def take(self, ticket: str, now: float | None = None) -> bool:
         now = time.time() if now is None else now
@@ -71,6 +82,9 @@ class Tickets:
         if not hmac.compare_digest(signature, _sign(self.secret, "login", nonce, expires)):
             return False
         self._used[nonce] = float(expires)
+        if self._file is not None:
+            # Kept before the login is let in: a kill after it cannot make the ticket good again.
+            atomic_write(self._file, json.dumps(self._used, sort_keys=True) + "\n")
         return True
 
     def session_cookie(self, now: float | None = None) -> str:
@@ -100,3 +114,21 @@ def _split(value: str) -> tuple[str, str, str]:
 
 def _fresh(expires: str, now: float) -> bool:
     return expires.isdigit() and int(expires) > now
+
+
+def _load_used(path: Path) -> dict[str, float]:
+    """The tickets taken before this start; an unreadable file is logged and taken as none
+    (a ticket lives ten minutes: a used one could then be taken again within them)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning(
+            "console used-ticket file unreadable, starting empty path=%s error=%r", path, exc
+        )
+        return {}
+    if not isinstance(raw, dict):
+        log.warning("console used-ticket file is not an object, starting empty path=%s", path)
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.config.fields import parse_listen
 from gateway.console import access, assets, chats, history, jobs, memory, status
-from gateway.console.keys import SESSION_LIFE, Tickets, console_secret
+from gateway.console.keys import SESSION_LIFE, USED_FILE, Tickets, console_secret
 from gateway.console.sources import Sources
 from gateway.console.view import Console
 from gateway.errors import MemgateError
@@ -63,7 +63,8 @@ def build_app(sources: Sources, secret: bytes) -> web.Application:
     assert listen is not None
     hosts = own_hosts(listen, sources.config.console.hosts)
     port = parse_listen(listen)[1]
-    console = Console(sources, Tickets(secret), f"memgate_console_{port}")
+    tickets = Tickets(secret, sources.config.state_dir / USED_FILE)
+    console = Console(sources, tickets, f"memgate_console_{port}")
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
