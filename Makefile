@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint soak bench docs systemd-check clean
+.PHONY: run fake-llm test lint soak bench docs systemd-check clean
 
 $(BIN)/memgate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.dev: $(BIN)/memgate
 
 run: $(BIN)/memgate
 	$(BIN)/memgate chat
+
+# The fake OpenAI-compatible server the tests use, to try memgate with no LLM (README, First run).
+fake-llm: $(BIN)/memgate
+	$(BIN)/python -m tests.fakes.llm --port 8000
 
 # Synapse, the real homeserver the Matrix tests run against, pins many libraries of its own, so
 # it gets a virtualenv of its own, built once and then kept (`make clean` removes it).
