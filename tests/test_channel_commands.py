@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from channels.pairing import PairingStore
-from gateway.agent.commands import greeting
+from gateway.agent.commands.registry import greeting
 from tests.fakes import discord_api as fd
 from tests.fakes.discord_api import ALICE, FakeDiscord, Recorder, serving
 from tests.fakes.telegram_api import FakeTelegram

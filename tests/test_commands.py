@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from channels.base import Command
-from gateway.agent.commands import (
+from gateway.agent.commands.registry import (
     AGENT_COMMANDS,
     COMMANDS,
     HELP_TEXT,

@@ -189,14 +189,14 @@ def test_the_rules_catch_an_arrow_back_up_or_across() -> None:
         [
             ("gateway.llm.provider", "gateway.agent.loop"),
             ("gateway.media.reader", "gateway.tools.scope"),
-            ("channels.base", "gateway.agent.commands"),
+            ("channels.base", "gateway.agent.commands.registry"),
             ("memory.sessions.store", "memory.search.searcher"),
             ("gateway.agent.loop", "gateway.llm.types"),
         ]
     ) == [
         "gateway.llm.provider -> gateway.agent.loop (gateway.agent is not below gateway.llm)",
         "gateway.media.reader -> gateway.tools.scope (gateway.tools is not below gateway.media)",
-        "channels.base -> gateway.agent.commands (across packages)",
+        "channels.base -> gateway.agent.commands.registry (across packages)",
         "memory.sessions.store -> memory.search.searcher "
         "(memory.search is not below memory.sessions)",
     ]

@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from gateway.agent.commands import COMMANDS, help_text
+from gateway.agent.commands.registry import COMMANDS, help_text
 from gateway.service.app import Runtime
 from tests.conftest import build_config, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call

@@ -10,7 +10,7 @@ the cause; it raises nothing but cancellation, so channels handle only transport
 Given a `ReplyStream` (a channel with streaming on), the model is asked for a stream and the answer
 shows as it is written (gateway/agent/model_call.py); what is stored is still exactly the whole
 answer, or on /stop the part written so far with a "(stopped)" mark. A command (`/new`, `/stop`,
-...) is not a turn: gateway/agent/agent_commands.py answers it. Answers out with a channel are
+...) is not a turn: gateway/agent/commands/answers.py answers it. Answers out with a channel are
 counted until it reports them sent (gateway/agent/unsent.py).
 """
 
@@ -24,8 +24,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from gateway.agent.agent_commands import AgentCommands
 from gateway.agent.apology import apology
+from gateway.agent.commands.answers import AgentCommands
 from gateway.agent.context import ContextBuilder
 from gateway.agent.context_fit import ContextFitter
 from gateway.agent.model_call import ask_model

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, ChatCommands
 from channels.pairing import PairingStore
-from gateway.agent.commands import command_menu, greeting
+from gateway.agent.commands.registry import command_menu, greeting
 from gateway.agent.watchers import Activity
 from gateway.automation.heartbeat import Heartbeat
 from gateway.automation.scheduler import ChannelReady, Deliver, Owners

@@ -16,7 +16,7 @@ from typing import Any
 
 from channels.base import ChatCommands
 from channels.telegram.channel import TelegramChannel
-from gateway.agent.commands import command_menu, greeting
+from gateway.agent.commands.registry import command_menu, greeting
 from gateway.bus import InboundMessage, OutboundMessage
 from gateway.config.models import TelegramConfig
 from gateway.service.app import Runtime

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent.commands import HELP_TEXT
+from gateway.agent.commands.registry import HELP_TEXT
 from gateway.service.app import Runtime
 from tests.conftest import inbound
 from tests.fakes.llm import FakeLLM, text

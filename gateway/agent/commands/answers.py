@@ -2,7 +2,7 @@
 `AGENT_COMMANDS`, each outside the turn, so `/stop` or `/approve` never waits behind the turn it
 is about.
 
-The registry and the parsing are gateway/agent/commands.py's, the turn gateway/agent/loop.py's;
+The registry and the parsing are gateway/agent/commands/registry.py's, the turn gateway/agent/loop.py's;
 the loop hands in what the commands need of its turns as three calls (a session's lock, stopping
 its turn, waiting for its answers to be sent).
 """
@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from gateway.agent.commands import AGENT_COMMANDS, command_args, help_text, parse_command
+from gateway.agent.commands.memory import MEMORY_COMMANDS, MemoryCommands
+from gateway.agent.commands.registry import AGENT_COMMANDS, command_args, help_text, parse_command
+from gateway.agent.commands.status import chat_status
 from gateway.agent.context import ContextBuilder
-from gateway.agent.memory_commands import MEMORY_COMMANDS, MemoryCommands
 from gateway.agent.session_lock import SessionLock
-from gateway.agent.status import chat_status
 from gateway.agent.subagents import Subagents, stop_reply
 from gateway.agent.watchers import MemoryKeeper
 from gateway.bus import Button, InboundMessage, typed_command
