@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.chat import collector_paused
-from gateway.llm.on_demand import OnDemand
+from gateway.collector import collector_paused
+from gateway.llm.on_demand import OnDemand, preload
 from gateway.service.app import Runtime
 from memory.errors import TokenizerError
 from memory.tokens import TokenCounter
@@ -232,3 +232,20 @@ def test_collector_is_paused_while_importing_and_enabled_again_even_after_an_err
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()  # this test process goes on making garbage of its own
+
+
+async def test_the_models_sdk_is_preloaded_with_the_collector_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`preload` (the openai SDK's import once the channels are up) runs the module's import
+    with the collector off, and leaves it on again."""
+    (tmp_path / "gc_probe.py").write_text("import gc\nENABLED = gc.isenabled()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gc.unfreeze()
+    try:
+        await preload("gc_probe")
+        assert gc.isenabled()
+        assert sys.modules["gc_probe"].ENABLED is False
+    finally:
+        gc.unfreeze()
+        sys.modules.pop("gc_probe", None)

@@ -11,40 +11,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gateway import __version__
 from gateway.bus import Handler, ReplyStream
 from gateway.cli.setup import config_path, explicit_path, first_run, llm_configured
+from gateway.collector import collector_paused
 from gateway.config.file import load_config, memgate_home, require_api_key
 from gateway.config.models import Config
 from gateway.logs import configure_logging
 from gateway.service.control import is_serving, remote_handler, request, socket_path
 from gateway.tools.approvals import Approvals
 from memory.fileio import FILE_MODE, ensure_private_dir
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside, and none over what was made inside afterwards:
-    importing the gateway makes some 140,000 objects that live as long as the process. Passes
-    over them during the imports would free nothing, and the first full pass after them (tens of
-    milliseconds, before the first reply) nothing either, so they are frozen (`gc.freeze`)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from gateway import __version__
 from gateway.cli.chat import cmd_chat, quiet_stdout
 from gateway.cli.checks import Check, local_checks
 from gateway.cli.setup import cmd_init, cmd_setup, config_path, explicit_path
+from gateway.collector import collector_paused
 from gateway.config.file import load_config, permission_hint, require_api_key
 from gateway.config.models import Config
 from gateway.errors import ConfigError, MemgateError, describe_errors
@@ -104,7 +105,8 @@ def load(args: argparse.Namespace, *, runs_channels: bool = True) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gateway.service.run import run_service
+    with collector_paused():
+        from gateway.service.run import run_service
 
     config = load(args)
     configure_logging("DEBUG" if args.debug else config.log_level, config.secrets())

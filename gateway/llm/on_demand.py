@@ -15,14 +15,21 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.collector import collector_paused
 from gateway.llm.types import ChatProvider, ChatResponse, RestartSink, TextSink
 
 PROVIDER_MODULE = "gateway.llm.provider"  # the client's module: the one that imports openai
 
 
 async def preload(module: str = PROVIDER_MODULE) -> None:
-    """Import `module` in a worker thread (a call already made waits for the same import)."""
-    await asyncio.to_thread(importlib.import_module, module)
+    """Import `module` in a worker thread (a call already made waits for the same import), the
+    collector paused meanwhile."""
+    await asyncio.to_thread(_import, module)
+
+
+def _import(module: str) -> None:
+    with collector_paused():
+        importlib.import_module(module)
 
 
 class Closable(Protocol):

@@ -28,6 +28,7 @@ from gateway.agent.watchers import Activity
 from gateway.automation.heartbeat import Heartbeat
 from gateway.automation.scheduler import ChannelReady, Deliver, Owners
 from gateway.bus import OutboundMessage
+from gateway.collector import collector_paused
 from gateway.config.models import CHAT_PLATFORMS, ChatChannelConfig, Config
 from gateway.errors import ConfigError, MemgateError, unwrap_group
 from gateway.llm.on_demand import preload
@@ -182,8 +183,10 @@ async def run_service(config: Config) -> int:
             # What start-up built lives as long as the process: keep it out of the cyclic
             # collector's full passes (a first large session load would otherwise walk it all).
             gc.freeze()
-            # A SIGHUP during start-up already changed what is in force.
-            channels = build_channels(access.config, runtime)
+            # A SIGHUP during start-up already changed what is in force. The chat SDKs are
+            # imported here.
+            with collector_paused():
+                channels = build_channels(access.config, runtime)
             serving.extend(channels)
             if (background := runtime.agent.subagents) is not None:
                 # A background task of someone taken out of allow_from stops at the reload.
