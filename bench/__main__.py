@@ -24,7 +24,7 @@ from bench.mcp_start import HANG_TIMEOUT, mcp_start
 from bench.memory_quality import RECALL_EVERY, REPEAT_EVERY, TURNS, WINDOW, memory_quality
 from bench.runner import Bench, both_systems
 from bench.startup import startup
-from bench.venvs import REPO, nanobot_python, package_version, tools_python
+from bench.venvs import REPO, memgate_python, nanobot_python, package_version, tools_python
 from gateway import __version__
 from memory.tokens import TokenCounter
 
@@ -174,7 +174,7 @@ def main() -> None:
         "nanobot": package_version(nanobot_py, "nanobot-ai"),
         "openai": package_version(nanobot_py, "openai"),
     }
-    systems = both_systems(nanobot_py)
+    systems = both_systems(nanobot_py, memgate_python())
     llm = BenchLLM()
     llm.start()
     bench = Bench(llm)

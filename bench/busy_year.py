@@ -30,13 +30,11 @@ from bench.fake_telegram import FakeTelegramProcess
 from bench.protocol import Run, run_driver
 from bench.runner import Bench
 from bench.stats import Row, percentile
-from bench.venvs import REPO
+from bench.venvs import REPO, memgate_python
 from tests.fakes.telegram_api import TOKEN as TELEGRAM_TOKEN
 
 TALKING_CHATS = 1_000
 QUERIES = 200
-PYTHON = REPO / ".venv" / "bin" / "python"
-MEMGATE = REPO / ".venv" / "bin" / "memgate"
 
 
 def _status_mb(pid: int, field: str) -> float:
@@ -52,7 +50,8 @@ def _serve_once(
 ) -> dict[str, float]:
     """One `memgate run`: start to the first reply in chats[0], then one turn in each of the next
     TALKING_CHATS chats; RSS at both points."""
-    telegram = FakeTelegramProcess(PYTHON, bench.env)
+    python = memgate_python()
+    telegram = FakeTelegramProcess(python, bench.env)
     service: subprocess.Popen[bytes] | None = None
     try:
         config = memgate_config(workspace, bench.llm.url)
@@ -73,7 +72,7 @@ def _serve_once(
         (state_dir / "control.sock").unlink(missing_ok=True)  # left by a killed run, if any
         started = time.perf_counter()
         service = subprocess.Popen(
-            [str(MEMGATE), "run", "--config", str(path)],
+            [str(python.parent / "memgate"), "run", "--config", str(path)],
             env=bench.env,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -135,7 +134,7 @@ def _wait_sent(
 def _drive(bench: Bench, part: str, params: dict[str, Any]) -> Any:
     """A part timed in a fresh memgate process (bench.runner's driver protocol)."""
     workdir = bench.workdir(f"busy-{part}")
-    command = [str(PYTHON), "-m", "bench.busy_year", part, "--llm", bench.llm.url]
+    command = [str(memgate_python()), "-m", "bench.busy_year", part, "--llm", bench.llm.url]
     command += ["--workdir", str(workdir), "--params", json.dumps(params)]
     done = subprocess.run(command, cwd=REPO, env=bench.env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -157,10 +157,10 @@ def main() -> None:
     import sys
 
     from bench.fakellm import BenchLLM
-    from bench.venvs import nanobot_python
+    from bench.venvs import memgate_python, nanobot_python
 
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    systems = both_systems(nanobot_python())
+    systems = both_systems(nanobot_python(), memgate_python())
     llm = BenchLLM()
     llm.start()
     bench = Bench(llm)

@@ -84,16 +84,11 @@ class Bench:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def both_systems(nanobot_py: Path) -> list[System]:
-    """memgate (this checkout's venv) and nanobot (its own venv), as every figure runs them."""
-    from bench.venvs import NANOBOT_VENV, REPO
+def both_systems(nanobot_py: Path, memgate_py: Path) -> list[System]:
+    """memgate and nanobot, each from its own bench venv, as every figure runs them."""
+    from bench.venvs import NANOBOT_VENV
 
     return [
-        System(
-            "memgate",
-            REPO / ".venv" / "bin" / "python",
-            "bench.memgate_driver",
-            REPO / ".venv" / "bin" / "memgate",
-        ),
+        System("memgate", memgate_py, "bench.memgate_driver", memgate_py.parent / "memgate"),
         System("nanobot", nanobot_py, "bench.nanobot_driver", NANOBOT_VENV / "bin" / "nanobot"),
     ]

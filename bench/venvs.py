@@ -1,12 +1,16 @@
 """The bench's own virtual environments (git-ignored) and the offline tiktoken cache.
 
 `bench/.venv-nanobot` holds the reference, `nanobot-ai==0.1.4.post6` from PyPI, and nothing else;
-`bench/.venv-tools` holds matplotlib for the plot. Neither touches memgate's `.venv`. Each is
-(re)installed when missing or when its package list changed.
+`bench/.venv-memgate` holds memgate as a user installs it (this checkout, editable, with its own
+dependencies and none of the dev tools: the dev `.venv`'s selenium brings trio, which httpcore then
+imports at start); `bench/.venv-tools` holds matplotlib for the plot. None touches memgate's
+`.venv`. Each is (re)installed when missing or when its package list (for memgate: its
+pyproject.toml) changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +22,15 @@ REPO = BENCH.parent
 NANOBOT_VERSION = "0.1.4.post6"
 NANOBOT_VENV = BENCH / ".venv-nanobot"
 TOOLS_VENV = BENCH / ".venv-tools"
+MEMGATE_VENV = BENCH / ".venv-memgate"
 
 
-def ensure_venv(path: Path, packages: list[str]) -> Path:
-    """A venv at `path` with `packages` installed by pip; returns its python."""
+def ensure_venv(path: Path, packages: list[str], key: str = "") -> Path:
+    """A venv at `path` with `packages` installed by pip (again when they or `key` changed);
+    returns its python."""
     python = path / "bin" / "python"
     stamp = path / ".bench-packages"
-    wanted = "\n".join(packages)
+    wanted = "\n".join([*packages, key])
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
     print(f"installing {', '.join(packages)} into {path.relative_to(REPO)} ...", flush=True)
@@ -40,6 +46,12 @@ def ensure_venv(path: Path, packages: list[str]) -> Path:
 
 def nanobot_python() -> Path:
     return ensure_venv(NANOBOT_VENV, [f"nanobot-ai=={NANOBOT_VERSION}"])
+
+
+def memgate_python() -> Path:
+    """memgate's python in its bench venv; its console script is beside it."""
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    return ensure_venv(MEMGATE_VENV, ["-e", str(REPO)], key=f"pyproject.toml {digest}")
 
 
 def tools_python() -> Path:
