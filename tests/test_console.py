@@ -152,7 +152,8 @@ def test_taken_tickets_are_kept_until_they_expire(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The tickets taken are kept on disk until they expire; a file cut by a crash or edited
-    by hand is logged and taken as none, and the next login writes it whole again."""
+    by hand is logged and taken as none, and the next login writes it whole again; a file that
+    cannot be written is logged, and the login goes on."""
     secret = console_secret(tmp_path)
     used = tmp_path / USED_FILE
     old = login_ticket(secret, now=1000.0)
@@ -165,6 +166,11 @@ def test_taken_tickets_are_kept_until_they_expire(
     tickets = Tickets(secret, used)
     assert "console used-ticket file unreadable" in caplog.text
     assert tickets.take(login_ticket(secret)) and len(json.loads(used.read_text())) == 1
+    blocked = Tickets(secret, tmp_path / "a-folder")
+    (tmp_path / "a-folder").mkdir()  # cannot be written: the login goes on, the use is logged
+    ticket = login_ticket(secret)
+    assert blocked.take(ticket) and not blocked.take(ticket)
+    assert "console used tickets not saved" in caplog.text
 
 
 async def test_memgate_console_names_the_missing_key(tmp_path: Path) -> None:

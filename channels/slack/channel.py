@@ -92,7 +92,9 @@ class SlackChannel:
         self._shutdown_grace = shutdown_grace
         self._pacer = Pacer(EDIT_EVERY)
         self._tasks = MessageTasks(self.name)
-        self._seen = Seen()  # event ids and messages taken: Slack retries late acknowledgements
+        # Event ids and messages taken: Slack sends an event again when its acknowledgement was
+        # late or lost, and one message may come as two events (`message` and `app_mention`).
+        self._seen = Seen()
         self._sequence = events.Sequence()
         self._threads = Seen(size=THREADS_KEPT)  # threads the bot answered in: a reply addresses it
         self._names: dict[str, str] = {}

@@ -84,7 +84,10 @@ class Tickets:
         self._used[nonce] = float(expires)
         if self._file is not None:
             # Kept before the login is let in: a kill after it cannot make the ticket good again.
-            atomic_write(self._file, json.dumps(self._used, sort_keys=True) + "\n")
+            try:
+                atomic_write(self._file, json.dumps(self._used, sort_keys=True) + "\n")
+            except OSError as exc:  # a full disk: this run still refuses it a second time
+                log.warning("console used tickets not saved path=%s error=%r", self._file, exc)
         return True
 
     def session_cookie(self, now: float | None = None) -> str:
