@@ -86,11 +86,15 @@ OWNERS: dict[str, str | tuple[str, ...]] = {
     "yaml": ("gateway/config/file.py", "gateway/skills/skill.py"),
     "PIL": "gateway/media/images.py",
     "pypdf": "gateway/media/documents.py",
-    # mcp.py names the SDK's types for mypy only: the SDK itself loads with mcp_client.
-    "mcp": ("gateway/tools/mcp.py", "gateway/tools/mcp_client.py", "gateway/tools/mcp_stdio.py"),
+    # servers.py names the SDK's types for mypy only: the SDK itself loads with client.py.
+    "mcp": (
+        "gateway/tools/mcp/servers.py",
+        "gateway/tools/mcp/client.py",
+        "gateway/tools/mcp/stdio.py",
+    ),
     # The transport under both the openai and the mcp SDK: their owners name its errors.
-    "httpx2": ("gateway/tools/mcp_client.py", "gateway/llm/provider.py"),
-    "jsonschema": "gateway/tools/mcp.py",
+    "httpx2": ("gateway/tools/mcp/client.py", "gateway/llm/provider.py"),
+    "jsonschema": "gateway/tools/mcp/servers.py",
     "ruamel": "gateway/config/file.py",
     "argcomplete": "gateway/cli/completion.py",
     "json_repair": "gateway/llm/arguments.py",

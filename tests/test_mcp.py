@@ -12,7 +12,7 @@ import pytest
 from mcp.types import Tool as McpTool
 
 from gateway.service.app import Runtime
-from gateway.tools.mcp import RESTARTING, UP, McpServers, offered_tools
+from gateway.tools.mcp.servers import RESTARTING, UP, McpServers, offered_tools
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import serve_http, stdio_server
@@ -170,7 +170,7 @@ async def test_a_server_that_fails_to_start_is_logged_once_and_skipped(
         gone={"url": gone},
         demo=stdio_server(),
     )
-    with caplog.at_level(logging.DEBUG, logger="gateway.tools.mcp"):
+    with caplog.at_level(logging.DEBUG, logger="gateway.tools.mcp.servers"):
         async with make_runtime(config) as runtime:
             await connected(runtime)
             states = {c.name: c.state for c in mcp_of(runtime).connections}
@@ -245,7 +245,7 @@ def test_malformed_or_unusable_tools_are_skipped_with_a_warning(
         McpTool(name="flat", input_schema={"type": "string"}),
         McpTool(name="has space", input_schema={"type": "object"}),
     ]
-    with caplog.at_level(logging.WARNING, logger="gateway.tools.mcp"):
+    with caplog.at_level(logging.WARNING, logger="gateway.tools.mcp.servers"):
         tools = offered_tools("srv", listed, allow=None)
     assert [t.qualified for t in tools] == ["srv__good"]
     warned = " ".join(r.getMessage() for r in caplog.records)

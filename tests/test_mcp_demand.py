@@ -125,7 +125,7 @@ async def test_chat_m_with_every_server_remembered_does_not_import_the_mcp_sdk(
         "chat", "-m", "hi", "--config", str(path), home=tmp_path / "home", env=IMPORT_TIMES
     )
     assert code == 0 and "echo: hi" in out
-    assert "mcp" not in imported(err) and "gateway.tools.mcp" not in imported(err)
+    assert "mcp" not in imported(err) and "gateway.tools.mcp.servers" not in imported(err)
     assert starts(notes) == 1
 
 
@@ -150,7 +150,7 @@ async def test_memory_consolidate_starts_no_server(fake_llm: FakeLLM, tmp_path: 
     code, out, err = await memgate(*consolidate, home=home, env=IMPORT_TIMES)
     assert code == 0, err
     # Not even loaded: no server is started, nor could be.
-    assert "mcp" not in imported(err) and "gateway.tools.mcp" not in imported(err)
+    assert "mcp" not in imported(err) and "gateway.tools.mcp.servers" not in imported(err)
     assert "consolidated 1 session(s); 0 message(s) still pending" in out
     assert "under the mat" in (tmp_path / "workspace/memory/HISTORY.md").read_text()
     assert starts(notes) == learnt

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.service.app import Runtime, open_runtime
 from gateway.service.run import release_mcp
-from gateway.tools.mcp import STARTING, UP, McpServers
+from gateway.tools.mcp.servers import STARTING, UP, McpServers
 from tests.conftest import RuntimeFactory, build_config, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import stdio_server

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.service.app import Runtime
-from gateway.tools.mcp import UP, McpServers
+from gateway.tools.mcp.servers import UP, McpServers
 from tests.conftest import RuntimeFactory, inbound
 from tests.fakes.llm import FakeLLM, text, tool_call
 from tests.fakes.mcp_server import stdio_server

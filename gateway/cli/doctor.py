@@ -338,7 +338,7 @@ async def check_mcp(name: str, settings: McpServerConfig) -> Check:
 
 
 async def _started(label: str, name: str, settings: McpServerConfig) -> Check:
-    from gateway.tools.mcp import UP, probe  # see _live_checks
+    from gateway.tools.mcp.servers import UP, probe  # see _live_checks
 
     connection = await probe(name, settings)
     if connection.state != UP:

@@ -40,7 +40,7 @@ from gateway.state import (
 )
 from gateway.tools.exec import owner_tools
 from gateway.tools.jobs import JobTools
-from gateway.tools.mcp_demand import OnDemandServers
+from gateway.tools.mcp.demand import OnDemandServers
 from gateway.tools.registry import Tool
 from gateway.tools.search import open_search
 from gateway.tools.toolbox import ToolBox
@@ -63,7 +63,7 @@ from memory.tokens import TokenCounter
 if TYPE_CHECKING:
     from gateway.llm.clients import OpenAITranscriber
     from gateway.llm.provider import OpenAIProvider
-    from gateway.tools.mcp import McpServers
+    from gateway.tools.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ async def open_runtime(
     An error raised inside the block comes out as itself: the task group that runs the
     consolidator would otherwise wrap it in an ExceptionGroup, hiding it from the CLI's handlers.
     `mcp_on_demand` (a one-shot chat) starts each MCP server only when its tools are called
-    (gateway/tools/mcp_demand.py); `Runtime.mcp` is then None. With `mcp_held` (memgate run) the
+    (gateway/tools/mcp/demand.py); `Runtime.mcp` is then None. With `mcp_held` (memgate run) the
     servers wait for `Runtime.mcp.release()`, once the channels are connected.
     """
     with unwrap_group():
@@ -377,7 +377,7 @@ def _start_mcp(
         demand = OnDemandServers(servers, mcp_tools_path(config.state_dir), group)
         stack.push_async_callback(demand.stop)  # before the group exits: it waits for its tasks
         return None, demand
-    from gateway.tools.mcp import McpServers
+    from gateway.tools.mcp.servers import McpServers
 
     mcp = McpServers(servers, mcp_tools_path(config.state_dir), held=start == "held")
     stack.push_async_callback(mcp.stop)  # before the group exits: it waits for its tasks

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from channels.matrix.channel import MatrixChannel
     from channels.slack.channel import SlackChannel
     from channels.telegram.channel import TelegramChannel
-    from gateway.tools.mcp import McpServers
+    from gateway.tools.mcp.servers import McpServers
     from memory.search.searcher import MemorySearch
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """MCP servers for a one-shot `memgate chat -m`: a server none of whose tools is called costs
 nothing, neither its process nor the SDK's import (which alone takes longer than the chat).
 
-The tools a server listed at its last start (mcp_cache) are offered as they are; the first call to
+The tools a server listed at its last start (cache) are offered as they are; the first call to
 one starts that server (the SDK loads then) and waits for it, as any call before a first start
 does. A server with nothing remembered is started at once, in the background, and the stop
 waits for that first start to end (bounded by its start_timeout) so that the next chat knows its
@@ -9,7 +9,7 @@ tools: a new or changed server costs one chat that wait, once. A server whose la
 config failed, and that never listed tools, is not started here: `memgate run` and the
 interactive chat start every server and remember how it went.
 
-Imports nothing of the SDK, and gateway.tools.mcp (jsonschema's validators) only when a server
+Imports nothing of the SDK, and gateway.tools.mcp.servers (jsonschema's validators) only when a server
 starts.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.config.tools import McpServerConfig
-from gateway.tools.mcp_cache import RemoteTool, ToolCache
+from gateway.tools.mcp.cache import RemoteTool, ToolCache
 from gateway.tools.registry import Tool, ToolFunc
 
 if TYPE_CHECKING:
-    from gateway.tools.mcp import McpServers
+    from gateway.tools.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class OnDemandServers:
         self._fresh = self._launch(fresh) if fresh else None
 
     def _launch(self, servers: dict[str, McpServerConfig]) -> McpServers:
-        from gateway.tools.mcp import McpServers  # only for a server that starts
+        from gateway.tools.mcp.servers import McpServers  # only for a server that starts
 
         launched = McpServers(servers, self._cache)
         launched.on_change = self._changed

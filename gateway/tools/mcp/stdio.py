@@ -8,7 +8,7 @@ forever for one that never does. And it gives every server 2 s to exit after its
 each is bounded, a cancel kills the server's process group at once, and a server none of whose
 tools was called is told to stop at once (`grace` is 0 until a call raises it).
 
-Imported by gateway/tools/mcp_client.py only; nothing of memgate's beyond the SDK's message types.
+Imported by gateway/tools/mcp/client.py only; nothing of memgate's beyond the SDK's message types.
 """
 
 from __future__ import annotations

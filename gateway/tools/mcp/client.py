@@ -1,7 +1,7 @@
 """The MCP SDK's side of a server connection: connect, list its tools, call one, render the result.
 
-With mcp_stdio, the only modules that use the `mcp` SDK (and the httpx2 its HTTP transport runs
-on) at run time. gateway/tools/mcp.py imports this module in a worker thread when a server first
+With stdio, the only modules that use the `mcp` SDK (and the httpx2 its HTTP transport runs
+on) at run time. gateway/tools/mcp/servers.py imports this module in a worker thread when a server first
 starts, never on the way to the first reply: the SDK's import takes longer than the rest of
 memgate's start.
 """
@@ -30,7 +30,7 @@ from mcp.types import (
 from mcp.types import Tool as McpTool
 
 from gateway.config.tools import McpServerConfig
-from gateway.tools.mcp_stdio import StdioTransport
+from gateway.tools.mcp.stdio import StdioTransport
 from gateway.tools.registry import ToolError
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """Tools from MCP servers: each configured server kept connected, its tools offered as `<server>__<tool>`.
 
-The SDK's side of a connection is mcp_client's (and mcp_stdio's), imported in a worker thread
+The SDK's side of a connection is client's (and stdio's), imported in a worker thread
 when the first server starts: nothing on the way to the first reply loads the SDK. No start
 waits for a server: each connects in the background, and the tools it listed at its last successful start with the same config
-(mcp_cache) are offered at once; a call to one waits for the connection up to the server's
+(cache) are offered at once; a call to one waits for the connection up to the server's
 start_timeout. A server seen for the first time is offered once it has connected. A server that
 fails to start is logged and left out; one that dies mid-session is restarted with backoff, and
 its tools answer "unavailable" meanwhile. Nothing a server does can end a turn: every failure
@@ -28,14 +28,14 @@ from jsonschema.exceptions import best_match
 
 from gateway.config.tools import McpServerConfig
 from gateway.errors import describe_errors
-from gateway.tools.mcp_cache import SEPARATOR, RemoteTool, ToolCache
+from gateway.tools.mcp.cache import SEPARATOR, RemoteTool, ToolCache
 from gateway.tools.registry import Tool, ToolError, ToolFunc
 
 if TYPE_CHECKING:
     from mcp import Client
     from mcp.types import Tool as McpTool
 
-    from gateway.tools.mcp_stdio import StdioTransport
+    from gateway.tools.mcp.stdio import StdioTransport
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,8 @@ class McpConnection:
             await self.go.wait()
         # The SDK's import, seconds on a busy machine, in a worker thread: the event loop answers
         # meanwhile. Then `mcp_client` is only a lookup in sys.modules.
-        await asyncio.to_thread(importlib.import_module, "gateway.tools.mcp_client")
-        from gateway.tools import mcp_client
+        await asyncio.to_thread(importlib.import_module, "gateway.tools.mcp.client")
+        from gateway.tools.mcp import client as mcp_client
 
         delay = RESTART_FIRST_DELAY
         while True:
@@ -213,7 +213,9 @@ class McpConnection:
             raise ToolError(self._unavailable())
         if self._stdio is not None:  # it has worked for us: it may have something to finish
             self._stdio.used()
-        from gateway.tools import mcp_client  # loaded by `run()` before `_client` was set
+        from gateway.tools.mcp import (
+            client as mcp_client,  # loaded by `run()` before `_client` was set
+        )
 
         try:
             async with asyncio.timeout(self.settings.timeout):
