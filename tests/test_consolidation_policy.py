@@ -16,6 +16,7 @@ from memory.consolidation.chunking import (
     target,
     user_boundary,
 )
+from memory.consolidation.consolidator import Job
 from memory.consolidation.summariser import save_memory_tool
 from memory.sessions.store import SessionStore
 from tests.conftest import RuntimeFactory, inbound, markers
@@ -161,3 +162,32 @@ def test_a_long_backlog_takes_as_few_calls_as_turn_boundaries_allow() -> None:
     for start, stop in chunks[:-1]:
         assert sum(sizes[start : stop + 2]) > limit  # the next turn (user + answer) did not fit
     assert abs(len(chunks) - math.ceil(sum(sizes) / limit)) <= 1
+
+
+async def test_a_turn_stored_while_the_target_is_measured_is_left_for_the_next_run(
+    make_runtime: RuntimeFactory,
+) -> None:
+    """The target is measured in a worker thread while the event loop may store the chat's next
+    turns: it is found among the messages there were when it began, however many come meanwhile
+    (once an IndexError that failed the job)."""
+    overrides = {"memory": {"window": 1000}, "llm": {"context_window": 4096, "max_tokens": 1024}}
+    async with make_runtime(overrides) as runtime:
+        session = await runtime.sessions.get("test:42")
+        backlog = []
+        for index in range(20):
+            backlog.append({"role": "user", "content": f"question {index} " + "words " * 90})
+            backlog.append({"role": "assistant", "content": f"answer {index} " + "more " * 90})
+        await runtime.sessions.add_messages(session, backlog)
+        count = len(session.messages)
+        measure = session.tokens
+
+        def measured_as_turns_arrive(index: int, counter: Any) -> int:
+            session.messages.append({"role": "user", "content": "stored meanwhile"})
+            session.messages.append({"role": "assistant", "content": "answered meanwhile"})
+            return measure(index, counter)
+
+        session.tokens = measured_as_turns_arrive  # type: ignore[method-assign]
+        end = runtime.consolidator._target(session, Job(session.key, session.key))
+        session.tokens = measure  # type: ignore[method-assign]
+    assert end is not None and 0 < end <= count
+    assert session.messages[end]["content"].startswith("question")

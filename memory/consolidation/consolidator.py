@@ -151,7 +151,7 @@ class Consolidator:
         trigger = self._trigger()
         if len(session.messages) - session.last_consolidated >= trigger.window:
             return True
-        history, around = self._bounds(session, system, tools)
+        history, around = self._bounds(session, len(session.messages), system, tools)
         return trigger.may_fire(around + sum(history))
 
     def _trigger(self) -> chunking.Trigger:
@@ -160,11 +160,11 @@ class Consolidator:
         return replace(self.settings.trigger, budget=self.budget.limit)
 
     def _bounds(
-        self, session: Session, system: str, tools: list[dict[str, Any]]
+        self, session: Session, count: int, system: str, tools: list[dict[str, Any]]
     ) -> tuple[list[int], int]:
-        """Upper bounds of the size rule's figures: each unconsolidated message, and the prompt
-        around them (the system prompt and the tool schemas)."""
-        start, count = session.last_consolidated, len(session.messages)
+        """Upper bounds of the size rule's figures: each unconsolidated message of the first
+        `count`, and the prompt around them (the system prompt and the tool schemas)."""
+        start = session.last_consolidated
         history = [session.bound(i, self.counter) for i in range(start, count)]
         return history, self.budget.at_most(_head(system), tools)
 
@@ -304,6 +304,8 @@ class Consolidator:
         return not session.group or self.settings.shared_groups
 
     def _target(self, session: Session, job: Job) -> int | None:
+        # A worker thread runs this while the event loop may append the chat's next turns: every
+        # figure is of the messages there were when it began (`count`), the sizes as the list.
         start, count = session.last_consolidated, len(session.messages)
         trigger = self._trigger()
         # Sizes matter only to the size rule, which `everything` does not ask. Upper bounds
@@ -311,12 +313,12 @@ class Consolidator:
         tokens: list[int] = []
         system_tokens = 0
         if not job.everything:
-            tokens, system_tokens = self._bounds(session, job.system, job.tools)
+            tokens, system_tokens = self._bounds(session, count, job.system, job.tools)
             if trigger.may_fire(system_tokens + sum(tokens)):
                 tokens = [session.tokens(i, self.counter) for i in range(start, count)]
                 system_tokens = self.budget.size(_head(job.system), job.tools)
         return chunking.target(
-            session.messages,
+            session.messages.upto(count),
             start,
             tokens,
             trigger,

@@ -94,6 +94,7 @@ class WorkQueue(Generic[J]):
                     exc,
                 )
                 log.debug("%s job failed job=%s", self.name, job.ident, exc_info=True)
+                log.debug("%s job failed job=%s", self.name, job.ident, exc_info=True)
             finally:
                 self._active -= 1
                 self._pending.discard(job.ident)

@@ -68,6 +68,11 @@ class MessageLog(Sequence[Message]):
     def append(self, message: Message) -> None:
         self._loaded.append(message)
 
+    def upto(self, count: int) -> MessageLog:
+        """The first `count` messages as a log of their own, which later appends leave alone (for
+        work in a worker thread while the event loop goes on storing turns)."""
+        return MessageLog(self._base, self._loaded[: max(0, count - self._base)])
+
     def _check(self, position: int) -> None:
         if position < self._base:
             raise HistoryNotLoadedError(
