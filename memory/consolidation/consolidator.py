@@ -337,10 +337,12 @@ class Consolidator:
         for, short of the newest few (chunking.KEEP_TURNS): fewer calls for the same lines.
         """
         with_memory = self._with_memory(session)
+        # As in `_target`: the turns the event loop stores meanwhile are not this job's.
+        messages = session.messages.upto(len(session.messages))
         memory_text = self.files.read_memory() if with_memory else ""
         start = session.last_consolidated
         most = MAX_CHUNKS_PER_RUN + 1  # one more than a run takes tells that more remains
-        reach = chunking.keep_from(session.messages, start) if fill else None
+        reach = chunking.keep_from(messages, start) if fill else None
 
         # Byte bounds first: when the prompt and every line a run may take fit by bytes, one
         # call takes them all, as it would by tokens (each check is a sum below the total).
@@ -348,11 +350,11 @@ class Consolidator:
         limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
         cap = limit - 1  # bytes bound tokens: a line this long fits a chunk's room by either
 
-        mask = RecallMask(session.messages[start : max(end, reach or 0)])  # as commit shows them
+        mask = RecallMask(messages[start : max(end, reach or 0)])  # as commit shows them
 
         @functools.cache
         def line(index: int) -> str:
-            return self.transcript.line(mask.apply(session.messages[index]), cap=cap)
+            return self.transcript.line(mask.apply(messages[index]), cap=cap)
 
         def bound(index: int) -> int:  # the line plus the newline that joins it to the next
             return self.counter.at_most(line(index)) + 1
@@ -363,14 +365,14 @@ class Consolidator:
             if total > limit:
                 break
         else:
-            return chunking.split(session.messages, start, end, bound, limit, most, reach), cap
+            return chunking.split(messages, start, end, bound, limit, most, reach), cap
         fixed = self.summariser.fixed_size(memory_text, with_memory)
         limit = max(_MIN_CHUNK, self.budget.limit - fixed - _CHUNK_MARGIN)
 
         def cost(index: int) -> int:
             return self.counter.count(line(index)) + 1
 
-        return chunking.split(session.messages, start, end, cost, limit, most, reach), cap
+        return chunking.split(messages, start, end, cost, limit, most, reach), cap
 
     async def _consolidate_chunk(
         self, session: Session, start: int, stop: int, line_cap: int | None = None
